@@ -1,0 +1,42 @@
+"""Helpers shared by the benchmark scripts: result files with the environment fingerprint, summaries."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def summarize(samples_us) -> dict[str, float]:
+    """Median, mean, min, p10/p90 and the bootstrap 95% CI of the median of a set of samples (µs)."""
+    a = np.asarray(samples_us, dtype=np.float64)
+    out = {"n": int(a.size), "median": float(np.median(a)), "mean": float(a.mean()), "min": float(a.min()),
+           "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90))}
+    try:
+        from tunelab.stats import bootstrap_median_ci
+        lo, hi = bootstrap_median_ci(a)
+    except Exception:  # stats module not present: fall back to scipy directly
+        from scipy import stats
+        res = stats.bootstrap((a,), np.median, confidence_level=0.95, n_resamples=2000, method="BCa",
+                              random_state=0)
+        lo, hi = res.confidence_interval
+    out["ci95"] = [float(lo), float(hi)]
+    return out
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` plus the environment fingerprint to ``benchmarks/results/<name>.json`` (or $OUT too)."""
+    from tunelab.env import fingerprint
+    doc = {"benchmark": name, "environment": fingerprint(), **payload}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    extra = os.environ.get("OUT")
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        (Path(extra) / f"{name}.json").write_text(path.read_text())
+    return path

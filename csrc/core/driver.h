@@ -1,0 +1,105 @@
+// The CUDA driver, opened lazily with dlopen. Nothing here links libcuda: `import tunelab` must work on a
+// machine without a driver; only the first GPU operation looks for one, and fails with NoDeviceError if absent.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tunelab {
+
+// The driver entry points tunelab uses, resolved through cuGetProcAddress for the CUDA version the package
+// was built against (so the versioned symbol, e.g. cuMemAlloc_v2, is the one we get).
+struct DriverApi {
+#define TUNELAB_DRIVER_FN(name) decltype(&::name) name = nullptr;
+#include "core/driver_functions.inc"
+#undef TUNELAB_DRIVER_FN
+};
+
+// Loads the driver on first use and calls cuInit. Throws NoDeviceError naming the reason when it cannot.
+const DriverApi& driver();
+bool driver_available(std::string* why = nullptr);
+int driver_version();
+
+// Throws the matching C++ exception (PoisonedContextError for sticky errors) naming `call`.
+void check(CUresult result, const char* call);
+bool is_sticky_error(CUresult result);
+std::string error_name(CUresult result);
+
+// Makes a context current on this thread: the one already current (torch's, typically), else the primary
+// context of `device` (default: device 0). Returns the device ordinal of the current context.
+int ensure_context(int device = -1);
+
+class Module;
+
+class Function {
+public:
+    Function(std::shared_ptr<Module> module, CUfunction fn, std::string name);
+    CUfunction handle() const { return fn_; }
+    const std::string& name() const { return name_; }
+    int attribute(CUfunction_attribute attr) const;
+    void set_max_dynamic_smem(int bytes);
+    // (offset, size) of each kernel parameter, from the driver (CUDA >= 12.4).
+    std::vector<std::pair<size_t, size_t>> param_info() const;
+    int driver_occupancy(int threads, size_t dynamic_smem) const;
+    int max_dynamic_smem() const { return max_dynamic_smem_; }
+
+private:
+    std::shared_ptr<Module> module_;  // keeps the module loaded while the function is alive
+    CUfunction fn_;
+    std::string name_;
+    int max_dynamic_smem_ = 48 * 1024;
+};
+
+class Module : public std::enable_shared_from_this<Module> {
+public:
+    static std::shared_ptr<Module> load(const std::string& cubin);
+    ~Module();
+    std::shared_ptr<Function> function(const std::string& name);
+    CUmodule handle() const { return mod_; }
+
+private:
+    Module() = default;
+    CUmodule mod_ = nullptr;
+    CUcontext ctx_ = nullptr;
+};
+
+// Kernel parameters in order, each aligned to its natural alignment, as cuLaunchKernel expects.
+class ArgPack {
+public:
+    void add(const void* data, size_t size, size_t align);
+    template <class T> void add_value(T v) { add(&v, sizeof v, alignof(T)); }
+    std::vector<void*> pointers();  // valid until the pack changes
+    size_t count() const { return offsets_.size(); }
+    const std::vector<size_t>& sizes() const { return sizes_; }
+
+private:
+    std::vector<uint8_t> storage_;
+    std::vector<size_t> offsets_, sizes_;
+};
+
+struct LaunchDims {
+    unsigned grid[3] = {1, 1, 1};
+    unsigned block[3] = {1, 1, 1};
+    unsigned smem = 0;
+};
+
+void launch(Function& fn, const LaunchDims& dims, CUstream stream, ArgPack& args);
+
+// A launch with everything resolved in advance: the cheapest thing to call from the timer's hot loop.
+class PreparedLaunch {
+public:
+    PreparedLaunch(std::shared_ptr<Function> fn, LaunchDims dims, ArgPack args);
+    void operator()(CUstream stream);
+
+private:
+    std::shared_ptr<Function> fn_;
+    LaunchDims dims_;
+    ArgPack args_;
+    std::vector<void*> ptrs_;
+};
+
+}  // namespace tunelab

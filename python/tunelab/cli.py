@@ -1,0 +1,143 @@
+"""The ``tunelab`` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from tunelab.errors import ConfigError, TunelabError
+
+
+def parse_size(text: str) -> int:
+    """Parse a byte count such as ``65536``, ``64K``, ``64KB``, ``1.5M`` or ``227KiB`` (K = 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)(?:i?[bB])?\s*", str(text))
+    if not m:
+        raise ConfigError(f"size '{text}' is not understood; use bytes (65536) or a K/M/G suffix (64K, 1.5M)")
+    scale = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+def _cmd_devices(args) -> int:
+    import tunelab
+    ok, why = tunelab.gpu_available()
+    if not ok:
+        print(f"no GPU: {why}")
+        return 1
+    devs = tunelab.devices()
+    if args.json:
+        print(json.dumps(devs, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="CUDA devices")
+    for col in ("#", "name", "arch", "SMs", "smem/block opt-in", "smem/SM", "regs/SM", "L2", "memory free/total",
+                "max SM clock"):
+        table.add_column(col)
+    for d in devs:
+        table.add_row(str(d["ordinal"]), d["name"], d["arch"], str(d["sm_count"]),
+                      f"{d['smem_per_block_optin'] // 1024} KiB", f"{d['smem_per_sm'] // 1024} KiB",
+                      str(d["regs_per_sm"]), f"{d['l2_bytes'] / 2**20:.0f} MiB",
+                      f"{d['free_memory'] / 2**30:.1f} / {d['total_memory'] / 2**30:.1f} GiB",
+                      f"{d['sm_clock_khz'] / 1000:.0f} MHz")
+    Console().print(table)
+    return 0
+
+
+def _cmd_occupancy(args) -> int:
+    from tunelab import _core
+    smem = parse_size(args.smem)
+    occ = _core.occupancy(args.arch, args.threads, args.regs, smem)
+    result = {
+        "arch": args.arch, "threads": args.threads, "registers": args.regs, "smem_bytes": smem,
+        "blocks_per_sm": occ.blocks_per_sm, "active_warps": occ.active_warps, "max_warps": occ.max_warps,
+        "occupancy": round(occ.occupancy, 4), "limiter": occ.limiter,
+        "limits": {"warps": occ.limit_warps, "registers": occ.limit_registers,
+                   "shared_memory": occ.limit_shared_memory, "blocks": occ.limit_blocks},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{args.arch}: {args.threads} threads, {args.regs} registers/thread, {smem} B shared memory per block")
+    print(f"  blocks/SM      {occ.blocks_per_sm}")
+    print(f"  active warps   {occ.active_warps} of {occ.max_warps}  (occupancy {occ.occupancy:.1%})")
+    print(f"  limited by     {occ.limiter}")
+    print(f"  per-resource block limits: warps {occ.limit_warps}, registers {occ.limit_registers}, "
+          f"shared memory {occ.limit_shared_memory}, blocks {occ.limit_blocks}")
+    return 0
+
+
+def _cmd_cache(args) -> int:
+    from tunelab import cache
+    if args.action == "info":
+        i = cache.info()
+        print(f"kernel cache: {i.path}\n  entries: {i.entries}\n  size:    {i.bytes / 2**20:.2f} MiB")
+        print("  (override the location with TUNELAB_CACHE_DIR)")
+    else:
+        n = cache.clear()
+        print(f"removed {n} compiled kernel(s) from the cache")
+    return 0
+
+
+def _cmd_env(args) -> int:
+    from tunelab.env import fingerprint
+    print(json.dumps(fingerprint(), indent=2, default=str))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``tunelab`` command (sub-commands registered by each module)."""
+    parser = argparse.ArgumentParser(
+        prog="tunelab",
+        description="Tune CUDA kernels honestly: gated candidates, sound timing, bootstrap confidence intervals.")
+    from tunelab import __version__
+    parser.add_argument("--version", action="version", version=f"tunelab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("devices", help="list CUDA devices and their properties")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_devices)
+
+    p = sub.add_parser("occupancy", help="static occupancy of a block on an arch (no GPU needed)")
+    p.add_argument("--arch", default="sm_90", help="target arch, e.g. sm_80, sm_90 (default sm_90)")
+    p.add_argument("--threads", type=int, required=True, help="threads per block")
+    p.add_argument("--regs", type=int, required=True, help="registers per thread")
+    p.add_argument("--smem", default="0", help="shared memory per block (static + dynamic), e.g. 64K")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_occupancy)
+
+    p = sub.add_parser("cache", help="inspect or clear the compiled-kernel cache")
+    p.add_argument("action", choices=["info", "clear"])
+    p.set_defaults(func=_cmd_cache)
+
+    p = sub.add_parser("env", help="print the environment fingerprint recorded with measurements")
+    p.set_defaults(func=_cmd_env)
+
+    try:
+        from tunelab.tuning.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tunelab`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except TunelabError as exc:
+        print(f"tunelab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tunelab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

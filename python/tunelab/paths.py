@@ -1,0 +1,46 @@
+"""Where tunelab keeps its files on disk."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """The root of tunelab's on-disk state: compiled kernels, studies, the tuned-config store.
+
+    ``TUNELAB_CACHE_DIR`` wins; otherwise ``$XDG_CACHE_HOME/tunelab``; otherwise ``~/.cache/tunelab``.
+    The folder is created on first use.
+    """
+    override = os.environ.get("TUNELAB_CACHE_DIR")
+    if override:
+        root = Path(override).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "tunelab"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def kernel_cache_dir() -> Path:
+    """Folder of the content-addressed compiled-kernel cache (``<cache_dir>/kernels``)."""
+    path = cache_dir() / "kernels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def kernels_dir() -> Path:
+    """Folder holding the CUDA sources of the built-in kernel families (installed as package data).
+
+    In an installed package it is ``tunelab/kernels``; in a source checkout used without installing it is
+    ``csrc/kernels``.
+    """
+    here = Path(__file__).resolve().parent
+    installed = here / "kernels"
+    if installed.is_dir():
+        return installed
+    source = here.parent.parent / "csrc" / "kernels"
+    if source.is_dir():
+        return source
+    raise FileNotFoundError(
+        f"tunelab's kernel sources were not found at {installed} or {source}; reinstall the package "
+        "(pip install .) so that tunelab/kernels is installed")
