@@ -31,20 +31,18 @@ Loaded& loaded() {
                         "with its driver installed.";
             return;
         }
-        using GetProc = decltype(&::cuGetProcAddress_v2);
-        auto get_proc = reinterpret_cast<GetProc>(dlsym(handle, "cuGetProcAddress_v2"));
-        if (!get_proc) {
-            state.why = "the CUDA driver is older than CUDA 12 (no cuGetProcAddress_v2); update the NVIDIA driver";
-            return;
-        }
-        auto resolve = [&](const char* name, void** slot) {
-            CUdriverProcAddressQueryResult status;
-            if (get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS)
-                *slot = nullptr;
-        };
-#define TUNELAB_DRIVER_FN(name) resolve(#name, reinterpret_cast<void**>(&state.api.name));
+        // Each entry point is looked up by the exact symbol cuda.h declares (after its versioning macros, e.g.
+        // cuMemGetInfo -> cuMemGetInfo_v2), so the function we call has the signature we compiled against.
+        // cuGetProcAddress(name, CUDA_VERSION) would not guarantee that: for CUDA 13 it returns
+        // cuCtxGetDevice_v2, which takes an extra argument the 1-argument declaration never passes.
+#define TUNELAB_STR2(x) #x
+#define TUNELAB_STR(x) TUNELAB_STR2(x)
+#define TUNELAB_DRIVER_FN(name) \
+    state.api.name = reinterpret_cast<decltype(state.api.name)>(dlsym(handle, TUNELAB_STR(name)));
 #include "core/driver_functions.inc"
 #undef TUNELAB_DRIVER_FN
+#undef TUNELAB_STR
+#undef TUNELAB_STR2
         if (!state.api.cuInit || !state.api.cuLaunchKernel) {
             state.why = "the CUDA driver lacks basic entry points (cuInit/cuLaunchKernel)";
             return;

@@ -11,8 +11,8 @@
 
 namespace tunelab {
 
-// The driver entry points tunelab uses, resolved through cuGetProcAddress for the CUDA version the package
-// was built against (so the versioned symbol, e.g. cuMemAlloc_v2, is the one we get).
+// The driver entry points tunelab uses, each resolved by the exact symbol cuda.h declares (e.g. cuMemAlloc_v2),
+// so its signature is the one compiled against.
 struct DriverApi {
 #define TUNELAB_DRIVER_FN(name) decltype(&::name) name = nullptr;
 #include "core/driver_functions.inc"
