@@ -71,17 +71,25 @@ std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const
 
     for (int i = 0; i < opt.warmup; ++i) launch(stream);
     if (opt.graph_launches > 0) {
-        // Capture in relaxed mode so that a launch closure doing unrelated CUDA work cannot break the capture.
-        check(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+        // Captured on a private stream (the legacy default stream, torch's usual one, cannot be captured) and
+        // replayed on the caller's. Relaxed mode, so unrelated CUDA work in a launch closure cannot break it.
+        CUstream capture = nullptr;
+        check(d.cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+        struct StreamGuard {
+            CUstream s;
+            ~StreamGuard() { driver().cuStreamDestroy(s); }
+        } capture_guard{capture};
+        check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");  // warm-up done before capture
+        check(d.cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
         try {
-            for (int i = 0; i < opt.graph_launches; ++i) launch(stream);
+            for (int i = 0; i < opt.graph_launches; ++i) launch(capture);
         } catch (...) {
             CUgraph broken = nullptr;
-            d.cuStreamEndCapture(stream, &broken);
+            d.cuStreamEndCapture(capture, &broken);
             if (broken) d.cuGraphDestroy(broken);
             throw;
         }
-        check(d.cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+        check(d.cuStreamEndCapture(capture, &graph), "cuStreamEndCapture");
         check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
         check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");  // warm the graph itself
     }
