@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: install tunelab the air-gapped way (from ./.whl or ./wheelhouse), run the GPU
+# test suite, then the benchmarks named as arguments. Logs and results go to $OUT (default ./gpu-out).
+#   bash scripts/gpu_session.sh [benchmark.py ...]
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+wheels=.whl; [ -d "$wheels" ] || wheels=wheelhouse
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+  python3 -m pip install -q --no-index --find-links "$wheels" scikit-build-core pybind11
+  python3 -m pip install -q --no-index --find-links "$wheels" --no-build-isolation ".[test]"
+} > "$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
+tail -3 "$OUT/install.log"
+python3 -m pytest -m gpu -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -${PYTEST_TAIL:-15}
+for bench in "$@"; do
+  echo "== $bench"
+  python3 $bench 2>&1 | tee "$OUT/$(basename "${bench%% *}" .py).log" | tail -${BENCH_TAIL:-25}
+done
