@@ -14,6 +14,7 @@
 #include "core/driver.h"
 #include "core/errors.h"
 #include "core/kernel_cache.h"
+#include "core/nvrtc_api.h"
 #include "core/occupancy.h"
 #include "core/timer.h"
 
@@ -76,16 +77,16 @@ PYBIND11_MODULE(_core, m) {
             std::rethrow_exception(p);
         } catch (const CompileError& e) {
             py::object exc = errors.attr("CompileError")(e.what(), e.log, e.options);
-            PyErr_SetObject(exc.get_type().ptr(), exc.ptr());
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
         } catch (const PoisonedContextError& e) {
             py::object exc = errors.attr("PoisonedContextError")(e.what(), e.call, e.code);
-            PyErr_SetObject(exc.get_type().ptr(), exc.ptr());
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
         } catch (const NoDeviceError& e) {
             py::object exc = errors.attr("NoDeviceError")(e.what(), e.call, e.code);
-            PyErr_SetObject(exc.get_type().ptr(), exc.ptr());
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
         } catch (const DriverError& e) {
             py::object exc = errors.attr("DriverError")(e.what(), e.call, e.code);
-            PyErr_SetObject(exc.get_type().ptr(), exc.ptr());
+            PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
         } catch (const ConfigError& e) {
             PyErr_SetString(errors.attr("ConfigError").ptr(), e.what());
         } catch (const Error& e) {
@@ -172,6 +173,7 @@ PYBIND11_MODULE(_core, m) {
           "Parse ptxas's -v report into {mangled entry name: ResourceUsage}.");
     m.def("supported_archs", &supported_archs, "Archs this NVRTC can compile for.");
     m.def("nvrtc_version", &nvrtc_version);
+    m.def("nvrtc_library_path", &nvrtc_library_path, "The file NVRTC was loaded from.");
     m.def("default_cuda_include_dir", &default_cuda_include_dir);
     m.def("default_kernel_cache_dir", &default_kernel_cache_dir);
     m.def("cache_entry_path", [](const std::string& key, const std::string& dir) {

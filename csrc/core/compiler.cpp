@@ -13,6 +13,7 @@
 
 #include "core/errors.h"
 #include "core/kernel_cache.h"
+#include "core/nvrtc_api.h"
 #include "core/sha256.h"
 
 #ifndef TUNELAB_VERSION
@@ -32,7 +33,7 @@ constexpr const char* kCacheFormat = "tunelab-kernel-cache-v1";
 
 void check_nvrtc(nvrtcResult r, const char* call) {
     if (r != NVRTC_SUCCESS)
-        throw Error(std::string("NVRTC call ") + call + " failed: " + nvrtcGetErrorString(r));
+        throw Error(std::string("NVRTC call ") + call + " failed: " + nvrtc().nvrtcGetErrorString(r));
 }
 
 bool file_exists(const std::string& p) {
@@ -91,22 +92,22 @@ std::string cache_key(const CompileRequest& req, const std::vector<std::string>&
 
 struct ProgramGuard {
     nvrtcProgram prog = nullptr;
-    ~ProgramGuard() { if (prog) nvrtcDestroyProgram(&prog); }
+    ~ProgramGuard() { if (prog) nvrtc().nvrtcDestroyProgram(&prog); }
 };
 
 }  // namespace
 
 std::string nvrtc_version() {
     int major = 0, minor = 0;
-    check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
+    check_nvrtc(nvrtc().nvrtcVersion(&major, &minor), "nvrtcVersion");
     return std::to_string(major) + "." + std::to_string(minor);
 }
 
 std::vector<std::string> supported_archs() {
     int n = 0;
-    check_nvrtc(nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
+    check_nvrtc(nvrtc().nvrtcGetNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
     std::vector<int> archs(static_cast<size_t>(n));
-    check_nvrtc(nvrtcGetSupportedArchs(archs.data()), "nvrtcGetSupportedArchs");
+    check_nvrtc(nvrtc().nvrtcGetSupportedArchs(archs.data()), "nvrtcGetSupportedArchs");
     std::vector<std::string> out;
     for (int a : archs) out.push_back("sm_" + std::to_string(a));
     return out;
@@ -163,19 +164,19 @@ CompileResult compile(const CompileRequest& req) {
         header_sources.push_back(content.c_str());
     }
     ProgramGuard guard;
-    check_nvrtc(nvrtcCreateProgram(&guard.prog, req.source.c_str(), req.source_name.c_str(),
+    check_nvrtc(nvrtc().nvrtcCreateProgram(&guard.prog, req.source.c_str(), req.source_name.c_str(),
                                    int(header_sources.size()), header_sources.data(), header_names.data()),
                 "nvrtcCreateProgram");
     for (const auto& e : req.name_expressions)
-        check_nvrtc(nvrtcAddNameExpression(guard.prog, e.c_str()), "nvrtcAddNameExpression");
+        check_nvrtc(nvrtc().nvrtcAddNameExpression(guard.prog, e.c_str()), "nvrtcAddNameExpression");
     std::vector<const char*> opt_ptrs;
     for (const auto& o : options) opt_ptrs.push_back(o.c_str());
-    nvrtcResult rc = nvrtcCompileProgram(guard.prog, int(opt_ptrs.size()), opt_ptrs.data());
+    nvrtcResult rc = nvrtc().nvrtcCompileProgram(guard.prog, int(opt_ptrs.size()), opt_ptrs.data());
 
     size_t log_size = 0;
-    nvrtcGetProgramLogSize(guard.prog, &log_size);
+    nvrtc().nvrtcGetProgramLogSize(guard.prog, &log_size);
     std::string log(log_size, '\0');
-    if (log_size) nvrtcGetProgramLog(guard.prog, log.data());
+    if (log_size) nvrtc().nvrtcGetProgramLog(guard.prog, log.data());
     while (!log.empty() && log.back() == '\0') log.pop_back();
 
     if (rc != NVRTC_SUCCESS) {
@@ -184,7 +185,7 @@ CompileResult compile(const CompileRequest& req) {
         for (std::string line; std::getline(in, line);)
             if (line.find("error") != std::string::npos) { first_error = line; break; }
         throw CompileError("NVRTC failed to compile '" + req.source_name + "' for " + req.arch + ": " +
-                               (first_error.empty() ? nvrtcGetErrorString(rc) : first_error),
+                               (first_error.empty() ? nvrtc().nvrtcGetErrorString(rc) : first_error),
                            log, options);
     }
 
@@ -195,15 +196,21 @@ CompileResult compile(const CompileRequest& req) {
     res.options = options;
     res.recovered_corrupt_entry = recovered;
     size_t cubin_size = 0;
-    check_nvrtc(nvrtcGetCUBINSize(guard.prog, &cubin_size), "nvrtcGetCUBINSize");
+    check_nvrtc(nvrtc().nvrtcGetCUBINSize(guard.prog, &cubin_size), "nvrtcGetCUBINSize");
     res.cubin.resize(cubin_size);
-    check_nvrtc(nvrtcGetCUBIN(guard.prog, res.cubin.data()), "nvrtcGetCUBIN");
+    check_nvrtc(nvrtc().nvrtcGetCUBIN(guard.prog, res.cubin.data()), "nvrtcGetCUBIN");
     for (const auto& e : req.name_expressions) {
         const char* lowered = nullptr;
-        check_nvrtc(nvrtcGetLoweredName(guard.prog, e.c_str(), &lowered), "nvrtcGetLoweredName");
+        check_nvrtc(nvrtc().nvrtcGetLoweredName(guard.prog, e.c_str(), &lowered), "nvrtcGetLoweredName");
         res.lowered_names[e] = lowered;
     }
     res.resources = parse_ptxas_report(log);
+    // The resource gates act on ptxas's report, so a program whose report is missing is an error, never a
+    // silent zero. (A name expression may also name a __device__ variable, which has no report of its own.)
+    if (res.resources.empty() && res.cubin.find(".text.") != std::string::npos)
+        throw CompileError("the ptxas resource report is missing from the NVRTC log (NVRTC loaded from " +
+                               nvrtc_library_path() + "); set TUNELAB_NVRTC to the CUDA toolkit's libnvrtc",
+                           log, options);
     res.compile_ms = elapsed_ms();
     if (req.use_cache) cache.store(key, res);
     return res;

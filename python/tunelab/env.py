@@ -73,6 +73,7 @@ def fingerprint(device: int = 0) -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": platform.node(),
         "nvrtc_version": _core.nvrtc_version(),
+        "nvrtc_library": _core.nvrtc_library_path(),
     }
     ok, why = _core.driver_available()
     info["driver_available"] = ok
