@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <regex>
 #include <sstream>
 
@@ -95,6 +97,66 @@ struct ProgramGuard {
     ~ProgramGuard() { if (prog) nvrtc().nvrtcDestroyProgram(&prog); }
 };
 
+struct RawCompile {
+    nvrtcResult rc = NVRTC_SUCCESS;
+    std::string log, cubin;
+    std::map<std::string, std::string> lowered_names;
+    std::map<std::string, ResourceUsage> resources;
+};
+
+// Every kernel the request named has its ptxas report. (A name expression may also name a __device__
+// variable, which has none: only names whose code is in the cubin, as a .text.<name> section, are required.)
+bool report_complete(const RawCompile& raw) {
+    for (const auto& [expr, lowered] : raw.lowered_names)
+        if (!raw.resources.count(lowered) && raw.cubin.find(".text." + lowered) != std::string::npos) return false;
+    return !(raw.resources.empty() && raw.cubin.find(".text.") != std::string::npos);
+}
+
+RawCompile run_nvrtc(const CompileRequest& req, const std::vector<std::string>& options, bool serialized) {
+    // Ordinary compiles share the lock and run in parallel; a serialized one takes it exclusively, so it runs
+    // with no other NVRTC compile in the process.
+    static std::shared_mutex gate;
+    std::shared_lock<std::shared_mutex> shared(gate, std::defer_lock);
+    std::unique_lock<std::shared_mutex> alone(gate, std::defer_lock);
+    if (serialized) alone.lock();
+    else shared.lock();
+    std::vector<const char*> header_sources, header_names;
+    for (const auto& [name, content] : req.headers) {
+        header_names.push_back(name.c_str());
+        header_sources.push_back(content.c_str());
+    }
+    ProgramGuard guard;
+    check_nvrtc(nvrtc().nvrtcCreateProgram(&guard.prog, req.source.c_str(), req.source_name.c_str(),
+                                   int(header_sources.size()), header_sources.data(), header_names.data()),
+                "nvrtcCreateProgram");
+    for (const auto& e : req.name_expressions)
+        check_nvrtc(nvrtc().nvrtcAddNameExpression(guard.prog, e.c_str()), "nvrtcAddNameExpression");
+    std::vector<const char*> opt_ptrs;
+    for (const auto& o : options) opt_ptrs.push_back(o.c_str());
+    RawCompile out;
+    out.rc = nvrtc().nvrtcCompileProgram(guard.prog, int(opt_ptrs.size()), opt_ptrs.data());
+
+    size_t log_size = 0;
+    nvrtc().nvrtcGetProgramLogSize(guard.prog, &log_size);
+    std::string log(log_size, '\0');
+    if (log_size) nvrtc().nvrtcGetProgramLog(guard.prog, log.data());
+    while (!log.empty() && log.back() == '\0') log.pop_back();
+
+    out.log = std::move(log);
+    if (out.rc != NVRTC_SUCCESS) return out;
+    size_t cubin_size = 0;
+    check_nvrtc(nvrtc().nvrtcGetCUBINSize(guard.prog, &cubin_size), "nvrtcGetCUBINSize");
+    out.cubin.resize(cubin_size);
+    check_nvrtc(nvrtc().nvrtcGetCUBIN(guard.prog, out.cubin.data()), "nvrtcGetCUBIN");
+    for (const auto& e : req.name_expressions) {
+        const char* lowered = nullptr;
+        check_nvrtc(nvrtc().nvrtcGetLoweredName(guard.prog, e.c_str(), &lowered), "nvrtcGetLoweredName");
+        out.lowered_names[e] = lowered;
+    }
+    out.resources = parse_ptxas_report(out.log);
+    return out;
+}
+
 }  // namespace
 
 std::string nvrtc_version() {
@@ -158,36 +220,26 @@ CompileResult compile(const CompileRequest& req) {
         recovered = status == KernelCache::Lookup::Corrupt;
     }
 
-    std::vector<const char*> header_sources, header_names;
-    for (const auto& [name, content] : req.headers) {
-        header_names.push_back(name.c_str());
-        header_sources.push_back(content.c_str());
+    RawCompile raw = run_nvrtc(req, options, /*serialized=*/false);
+    if (raw.rc == NVRTC_SUCCESS && !report_complete(raw)) {
+        // NVRTC's capture of the ptxas report is not thread-safe: under concurrent compiles a program can come
+        // back with an empty report (seen with 16 threads on the H200 machine). Redo this one alone.
+        raw = run_nvrtc(req, options, /*serialized=*/true);
     }
-    ProgramGuard guard;
-    check_nvrtc(nvrtc().nvrtcCreateProgram(&guard.prog, req.source.c_str(), req.source_name.c_str(),
-                                   int(header_sources.size()), header_sources.data(), header_names.data()),
-                "nvrtcCreateProgram");
-    for (const auto& e : req.name_expressions)
-        check_nvrtc(nvrtc().nvrtcAddNameExpression(guard.prog, e.c_str()), "nvrtcAddNameExpression");
-    std::vector<const char*> opt_ptrs;
-    for (const auto& o : options) opt_ptrs.push_back(o.c_str());
-    nvrtcResult rc = nvrtc().nvrtcCompileProgram(guard.prog, int(opt_ptrs.size()), opt_ptrs.data());
-
-    size_t log_size = 0;
-    nvrtc().nvrtcGetProgramLogSize(guard.prog, &log_size);
-    std::string log(log_size, '\0');
-    if (log_size) nvrtc().nvrtcGetProgramLog(guard.prog, log.data());
-    while (!log.empty() && log.back() == '\0') log.pop_back();
-
-    if (rc != NVRTC_SUCCESS) {
+    const std::string& log = raw.log;
+    if (raw.rc != NVRTC_SUCCESS) {
         std::string first_error;
         std::istringstream in(log);
         for (std::string line; std::getline(in, line);)
             if (line.find("error") != std::string::npos) { first_error = line; break; }
         throw CompileError("NVRTC failed to compile '" + req.source_name + "' for " + req.arch + ": " +
-                               (first_error.empty() ? nvrtc().nvrtcGetErrorString(rc) : first_error),
+                               (first_error.empty() ? nvrtc().nvrtcGetErrorString(raw.rc) : first_error),
                            log, options);
     }
+    if (!report_complete(raw))
+        throw CompileError("the ptxas resource report is missing from the NVRTC log even when compiled alone "
+                           "(NVRTC loaded from " + nvrtc_library_path() + "); set TUNELAB_NVRTC to the CUDA "
+                           "toolkit's libnvrtc", log, options);
 
     CompileResult res;
     res.arch = req.arch;
@@ -195,22 +247,9 @@ CompileResult compile(const CompileRequest& req) {
     res.key = key;
     res.options = options;
     res.recovered_corrupt_entry = recovered;
-    size_t cubin_size = 0;
-    check_nvrtc(nvrtc().nvrtcGetCUBINSize(guard.prog, &cubin_size), "nvrtcGetCUBINSize");
-    res.cubin.resize(cubin_size);
-    check_nvrtc(nvrtc().nvrtcGetCUBIN(guard.prog, res.cubin.data()), "nvrtcGetCUBIN");
-    for (const auto& e : req.name_expressions) {
-        const char* lowered = nullptr;
-        check_nvrtc(nvrtc().nvrtcGetLoweredName(guard.prog, e.c_str(), &lowered), "nvrtcGetLoweredName");
-        res.lowered_names[e] = lowered;
-    }
-    res.resources = parse_ptxas_report(log);
-    // The resource gates act on ptxas's report, so a program whose report is missing is an error, never a
-    // silent zero. (A name expression may also name a __device__ variable, which has no report of its own.)
-    if (res.resources.empty() && res.cubin.find(".text.") != std::string::npos)
-        throw CompileError("the ptxas resource report is missing from the NVRTC log (NVRTC loaded from " +
-                               nvrtc_library_path() + "); set TUNELAB_NVRTC to the CUDA toolkit's libnvrtc",
-                           log, options);
+    res.cubin = std::move(raw.cubin);
+    res.lowered_names = std::move(raw.lowered_names);
+    res.resources = std::move(raw.resources);
     res.compile_ms = elapsed_ms();
     if (req.use_cache) cache.store(key, res);
     return res;
