@@ -1,0 +1,141 @@
+// tunelab._core.similarity: thin bindings of csrc/launchers/similarity.{h,cpp}.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings/registry.h"
+#include "kernels/similarity/params.cuh"
+#include "launchers/similarity.h"
+
+namespace py = pybind11;
+namespace sl = tunelab::launchers::similarity;
+
+namespace tunelab::bindings {
+
+void bind_similarity(py::module_& m) {
+    py::module_ s = m.def_submodule("similarity", "Launchers of the similarity-search and Gram kernel family.");
+
+    static bool translator_registered = false;
+    if (!translator_registered) {
+        translator_registered = true;
+        py::register_exception_translator([](std::exception_ptr p) {
+            if (!p) return;
+            try {
+                std::rethrow_exception(p);
+            } catch (const sl::InputError& e) {
+                auto errors = py::module_::import("tunelab.errors");
+                PyErr_SetString(errors.attr("InputError").ptr(), e.what());
+            }
+        });
+    }
+
+    s.def("element_bytes", &sl::element_bytes, py::arg("dtype"));
+    s.def("max_vec", &sl::max_vec, py::arg("dtype"), py::arg("pointers"), py::arg("strides"), py::arg("d"),
+          "Largest cp.async width (16, 8, 4) the pointers, row strides (elements) and d allow; 0 if none.");
+
+    // top-k search
+    s.def("topk_param_names", &sl::topk_param_names, "Search tunables in template order.");
+    s.def("topk_param_choices", &sl::topk_param_choices, "Values each search tunable accepts on its own.");
+    s.def(
+        "topk_validate",
+        [](const sl::Config& c, int dtype, int metric) {
+            const sl::TopkConfig t = sl::topk_validate(c, dtype, metric);
+            py::dict d;
+            d["threads"] = t.threads();
+            d["epi_rows"] = t.epi_rows();
+            d["warp_rows"] = t.block_n / t.warps_n;
+            d["warp_queries"] = t.block_q / t.warps_q;
+            d["accumulators"] = (t.block_n / t.warps_n / 16) * (t.block_q / t.warps_q / 8) * 4;
+            return d;
+        },
+        py::arg("config"), py::arg("dtype"), py::arg("metric"),
+        "Raise ConfigError for a config the kernel cannot instantiate; else derived warp geometry.");
+    s.def("topk_static_smem_bytes", &sl::topk_static_smem_bytes, py::arg("config"), py::arg("dtype"),
+          py::arg("metric"));
+    s.def("topk_smem_bytes", &sl::topk_smem_bytes, py::arg("config"), py::arg("dtype"), py::arg("metric"), py::arg("k"),
+          "Dynamic shared memory of the search kernel for k (the kernel has no static shared memory).");
+    s.def("topk_threads", &sl::topk_threads, py::arg("config"));
+    s.def("topk_name_expression", &sl::topk_name_expression, py::arg("config"), py::arg("dtype"), py::arg("metric"));
+    s.def(
+        "topk_plan",
+        [](const sl::Config& c, long long nq, long long n, long long target_blocks, long long max_splits) {
+            const sl::TopkPlan p = sl::topk_plan(c, nq, n, target_blocks, max_splits);
+            py::dict d;
+            d["q_tiles"] = p.q_tiles;
+            d["num_tiles"] = p.num_tiles;
+            d["tiles_per_split"] = p.tiles_per_split;
+            d["splits"] = p.splits;
+            return d;
+        },
+        py::arg("config"), py::arg("nq"), py::arg("n"), py::arg("target_blocks"), py::arg("max_splits") = 0);
+    s.def(
+        "topk_pack",
+        [](const sl::Config& c, int dtype, unsigned long long q, unsigned long long corpus, unsigned long long ck,
+           unsigned long long ci, long long qs, long long cs, long long base, long long nq, long long n, long long d,
+           long long k, int num_tiles, int tiles_per_split, int list_offset) {
+            return py::bytes(sl::topk_pack(c, dtype, q, corpus, ck, ci, qs, cs, base, nq, n, d, k, num_tiles,
+                                           tiles_per_split, list_offset));
+        },
+        py::arg("config"), py::arg("dtype"), py::arg("queries"), py::arg("corpus"), py::arg("cand_key"),
+        py::arg("cand_idx"), py::arg("q_stride"), py::arg("c_stride"), py::arg("index_base"), py::arg("nq"),
+        py::arg("n"), py::arg("d"), py::arg("k"), py::arg("num_tiles"), py::arg("tiles_per_split"),
+        py::arg("list_offset"), "SearchParams bytes (pass to ArgPack.raw(bytes, 8)).");
+
+    // merge
+    s.def("merge_warps", &sl::merge_warps, py::arg("k"));
+    s.def("merge_smem_bytes", &sl::merge_smem_bytes, py::arg("warps"), py::arg("k"));
+    s.def("merge_name_expression", &sl::merge_name_expression, py::arg("dtype"), py::arg("metric"), py::arg("warps"));
+    s.def(
+        "merge_pack",
+        [](unsigned long long ck, unsigned long long ci, unsigned long long q, long long qs, unsigned long long ok,
+           unsigned long long oi, unsigned long long os, unsigned long long ox, long long nq, long long d, long long k,
+           long long lists, long long list_len, long long list_stride, long long query_stride, bool implicit) {
+            return py::bytes(sl::merge_pack(ck, ci, q, qs, ok, oi, os, ox, nq, d, k, lists, list_len, list_stride,
+                                            query_stride, implicit));
+        },
+        py::arg("cand_key"), py::arg("cand_idx"), py::arg("queries"), py::arg("q_stride"), py::arg("out_key"),
+        py::arg("out_idx"), py::arg("out_score"), py::arg("out_index"), py::arg("nq"), py::arg("d"), py::arg("k"),
+        py::arg("num_lists"), py::arg("list_len") = 0, py::arg("list_stride") = 0, py::arg("query_stride") = 0,
+        py::arg("implicit_index") = false,
+        "MergeParams bytes (pass to ArgPack.raw(bytes, 8)); 0 skips an output pair. list_len > 0: lists of a dense "
+        "score matrix at the given strides (elements).");
+
+    // Gram
+    s.def("gram_param_names", &sl::gram_param_names);
+    s.def("gram_param_choices", &sl::gram_param_choices);
+    s.def(
+        "gram_validate",
+        [](const sl::Config& c, int dtype, bool symmetric) {
+            const sl::GramConfig g = sl::gram_validate(c, dtype, symmetric);
+            py::dict d;
+            d["threads"] = g.threads();
+            d["accumulators"] = (g.tile_m / g.warps_m / 16) * (g.tile_n / g.warps_n / 8) * 4 * (dtype == 3 ? 2 : 1);
+            return d;
+        },
+        py::arg("config"), py::arg("dtype"), py::arg("symmetric"));
+    s.def("gram_smem_bytes", &sl::gram_smem_bytes, py::arg("config"), py::arg("dtype"));
+    s.def("gram_threads", &sl::gram_threads, py::arg("config"));
+    s.def("gram_name_expression", &sl::gram_name_expression, py::arg("config"), py::arg("dtype"), py::arg("symmetric"),
+          py::arg("mirror"), py::arg("epilogue") = 0);
+    s.def(
+        "gram_grid",
+        [](const sl::Config& c, long long m, long long n, bool symmetric) {
+            auto g = sl::gram_grid(c, m, n, symmetric);
+            return py::make_tuple(g[0], g[1], g[2]);
+        },
+        py::arg("config"), py::arg("m"), py::arg("n"), py::arg("symmetric"));
+    s.def(
+        "gram_pack",
+        [](const sl::Config& c, int dtype, bool symmetric, unsigned long long x, unsigned long long y,
+           unsigned long long out, long long xs, long long ys, long long os, long long m, long long n, long long d) {
+            return py::bytes(sl::gram_pack(c, dtype, symmetric, x, y, out, xs, ys, os, m, n, d));
+        },
+        py::arg("config"), py::arg("dtype"), py::arg("symmetric"), py::arg("x"), py::arg("y"), py::arg("out"),
+        py::arg("x_stride"), py::arg("y_stride"), py::arg("out_stride"), py::arg("m"), py::arg("n"), py::arg("d"));
+    s.attr("SEARCH_PARAMS_BYTES") = static_cast<int>(sizeof(tunelab::sim::SearchParams));
+    s.attr("MERGE_PARAMS_BYTES") = static_cast<int>(sizeof(tunelab::sim::MergeParams));
+    s.attr("GRAM_PARAMS_BYTES") = static_cast<int>(sizeof(tunelab::sim::GramParams));
+}
+
+}  // namespace tunelab::bindings
+
+TUNELAB_REGISTER_BINDINGS(similarity, tunelab::bindings::bind_similarity);

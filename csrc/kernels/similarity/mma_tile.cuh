@@ -1,0 +1,216 @@
+// The tensor-core main loop pieces shared by the top-k search and the Gram kernels: a cp.async tile loader
+// and one warp's MMA over one 32-byte k-step of two row-major shared-memory tiles (C = A * B^T, both
+// operands with the reduction dimension contiguous: corpus/queries for search, states for Gram).
+//
+// Element types: fp16 and bf16 use mma.m16n8k16 (exact products, fp32 accumulation). fp32 uses 3xTF32:
+// x = hi + lo with hi = tf32(x), lo = tf32(x - hi), and a*b ~= a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, three
+// m16n8k8 tf32 MMAs accumulating in fp32. The dropped a_lo*b_lo term and the rounding of lo are ~2^-22
+// relative per product, so dot products are as accurate as an fp32 FFMA loop (whose own summation error
+// over d = 768 terms is larger), which is what exact top-k agreement with an fp32 reference needs; plain
+// 1xTF32 (2^-11 per product) would reorder near neighbours and is deliberately not offered.
+#pragma once
+
+#include "common/cp_async.cuh"
+#include "common/mma.cuh"
+#include "common/smem_layout.cuh"
+#include "similarity/params.cuh"
+#include "similarity/ptx.cuh"
+
+namespace tunelab {
+namespace sim {
+
+template <int DTYPE>
+struct ElemInfo {
+  static_assert(DTYPE >= kF16 && DTYPE <= kC64, "element type code 0..3");
+  static constexpr int kBytes = (DTYPE == kF16 || DTYPE == kBF16) ? 2 : 4;
+  static constexpr bool kTf32 = DTYPE == kF32 || DTYPE == kC64;
+};
+
+// Copies a ROWS x ROW_BYTES tile of a row-major matrix (rows stride_bytes apart, starting at gmem) into a
+// swizzled shared-memory tile with VEC-byte cp.async. Rows >= rows_valid and bytes >= bytes_valid are
+// zero-filled (src-size 0), so corpus, query and feature-dimension tails contribute exactly 0 to products.
+// bytes_valid must be a multiple of VEC (the launcher checks d * element bytes % VEC == 0).
+template <int ROWS, int ROW_BYTES, int VEC, int THREADS, class Layout>
+__device__ __forceinline__ void load_tile(unsigned smem_tile, const char* gmem, long long stride_bytes, int rows_valid,
+                                          int bytes_valid, int tid) {
+  constexpr int kPerRow = ROW_BYTES / VEC;
+  constexpr int kTotal = ROWS * kPerRow;
+#pragma unroll
+  for (int i0 = 0; i0 < kTotal; i0 += THREADS) {
+    const int i = i0 + tid;
+    if (kTotal % THREADS == 0 || i < kTotal) {
+      const int row = i / kPerRow;
+      const int col = (i % kPerRow) * VEC;
+      const bool pred = row < rows_valid && col < bytes_valid;
+      // A predicated-off copy reads nothing, but its address must still be valid: use the tile start.
+      const char* src = pred ? gmem + row * stride_bytes + col : gmem;
+      cp_async<VEC>(smem_tile + static_cast<unsigned>(Layout::offset(row, col)), src, pred);
+    }
+  }
+}
+
+// ldmatrix lane roles. A (16 rows x one 32-byte k-step) is four 8x8 matrices: rows 0-7 / 8-15 x chunks
+// 2ks / 2ks+1, so lane l addresses row l % 16, chunk 2ks + l / 16, and the registers come out as the m16n8k16
+// A fragment (and, for 32-bit elements, exactly the m16n8k8 tf32 A fragment: a0 (g, t), a1 (g+8, t),
+// a2 (g, t+4), a3 (g+8, t+4)). B (two n8 tiles x one k-step) is rows 0-7 chunk 2ks, rows 0-7 chunk 2ks+1,
+// rows 8-15 chunk 2ks, rows 8-15 chunk 2ks+1: lane l addresses row l % 8 + 8 * (l / 16), chunk
+// 2ks + (l / 8) % 2, giving (b0, b1) of n-tile 0 then of n-tile 1; with .x2 lanes 0-15 give n-tile 0 alone.
+__device__ __forceinline__ int a_lane_row(int lane) { return lane & 15; }
+__device__ __forceinline__ int a_lane_half(int lane) { return lane >> 4; }
+__device__ __forceinline__ int b_lane_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
+__device__ __forceinline__ int b_lane_half(int lane) { return (lane >> 3) & 1; }
+
+// One warp's MT x NT grid of m16 x n8 accumulators (rows from the A tile, columns from the B tile).
+//   NORMS:   keep squared norms of each A row the lane owns (rows g and g+8 of every m16 tile), accumulated by
+//            norms_kstep(); quad_reduce_norms() completes them.
+//   COMPLEX: inputs are interleaved complex64 (re, im) pairs; acc gets Re<a_i, b_j> = sum(re re + im im) and
+//            acc_im gets Im<a_i, b_j> = sum(re_a im_b - im_a re_b), i.e. <a_i, b_j> = sum conj(a_i) b_j.
+template <int DTYPE, int MT, int NT, bool NORMS, bool COMPLEX>
+struct WarpMma {
+  static_assert(!COMPLEX || DTYPE == kC64, "complex accumulation needs complex64 inputs");
+  static constexpr int kMTi = COMPLEX ? MT : 1;
+  static constexpr int kNTi = COMPLEX ? NT : 1;
+  float acc[MT][NT][4];
+  float acc_im[kMTi][kNTi][4];
+  float nrm[MT][2];
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      nrm[mt][0] = 0.f;
+      nrm[mt][1] = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTi; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTi; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_im[mt][nt][e] = 0.f;
+  }
+
+  // The 4 lanes of a quad hold disjoint columns of the same rows: sum their partial norms.
+  __device__ __forceinline__ void quad_reduce_norms() {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v = nrm[mt][h];
+        v += shfl_xor_f(v, 1);
+        v += shfl_xor_f(v, 2);
+        nrm[mt][h] = v;
+      }
+  }
+
+  // Squared norms of the lane's A rows over one 32-byte k-step, from A fragments re-read with ldmatrix.
+  // A pass of its own (not fused into kstep()): fused, the unpacked values compete with the accumulators and
+  // B fragments for registers (+34 per thread at 64 x 56 warp tiles, which then spilled); separately it runs
+  // when the B fragments are dead, and only in the warps that need it.
+  template <class LA>
+  __device__ __forceinline__ void norms_kstep(unsigned a_tile, const LA& la, int a_row0, int ks) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      unsigned a[4];
+      ldmatrix_x4(a, a_tile + la.at(a_row0 + mt * 16, ks));
+      if constexpr (ElemInfo<DTYPE>::kTf32) {
+        const float x0 = __uint_as_float(a[0]), x1 = __uint_as_float(a[1]);
+        const float x2 = __uint_as_float(a[2]), x3 = __uint_as_float(a[3]);
+        nrm[mt][0] = fmaf(x2, x2, fmaf(x0, x0, nrm[mt][0]));
+        nrm[mt][1] = fmaf(x3, x3, fmaf(x1, x1, nrm[mt][1]));
+      } else {
+        float l0, h0, l1, h1, l2, h2, l3, h3;
+        unpack2<DTYPE>(a[0], l0, h0);
+        unpack2<DTYPE>(a[1], l1, h1);
+        unpack2<DTYPE>(a[2], l2, h2);
+        unpack2<DTYPE>(a[3], l3, h3);
+        nrm[mt][0] = fmaf(h2, h2, fmaf(l2, l2, fmaf(h0, h0, fmaf(l0, l0, nrm[mt][0]))));
+        nrm[mt][1] = fmaf(h3, h3, fmaf(l3, l3, fmaf(h1, h1, fmaf(l1, l1, nrm[mt][1]))));
+      }
+    }
+  }
+
+  // One 32-byte k-step (16 fp16/bf16 or 8 fp32 elements) of the tiles at a_tile / b_tile (shared-window
+  // addresses). a_row0 / b_row0: first tile row of this warp (multiples of 8, so the swizzle key of the
+  // lane's row is unchanged); ks: k-step index within the tile rows.
+  template <class LA, class LB>
+  __device__ __forceinline__ void kstep(unsigned a_tile, unsigned b_tile, const LA& la, const LB& lb, int a_row0,
+                                        int b_row0, int ks, int lane) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], a_tile + la.at(a_row0 + mt * 16, ks));
+    unsigned b[NT][2];
+#pragma unroll
+    for (int p = 0; p < NT / 2; ++p) {
+      unsigned t4[4];
+      ldmatrix_x4(t4, b_tile + lb.at(b_row0 + p * 16, ks));
+      b[2 * p][0] = t4[0];
+      b[2 * p][1] = t4[1];
+      b[2 * p + 1][0] = t4[2];
+      b[2 * p + 1][1] = t4[3];
+    }
+    if constexpr (NT % 2 == 1) {
+      unsigned t2[2];
+      ldmatrix_x2(t2, b_tile + lb.at(b_row0 + (NT - 1) * 8, ks));
+      b[NT - 1][0] = t2[0];
+      b[NT - 1][1] = t2[1];
+    }
+    if constexpr (!ElemInfo<DTYPE>::kTf32) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_m16n8k16<DTYPE>(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+    } else {
+      unsigned ah[MT][4], al[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float x = __uint_as_float(a[mt][e]);
+          ah[mt][e] = to_tf32(x);
+          al[mt][e] = to_tf32(x - __uint_as_float(ah[mt][e]));
+        }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        unsigned bh[2], bl[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float x = __uint_as_float(b[nt][e]);
+          bh[e] = to_tf32(x);
+          bl[e] = to_tf32(x - __uint_as_float(bh[e]));
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          // small terms first: they are then added to a partial sum of their own size
+          mma_tf32_m16n8k8(acc[mt][nt], al[mt], bh[0], bh[1]);
+          mma_tf32_m16n8k8(acc[mt][nt], ah[mt], bl[0], bl[1]);
+          mma_tf32_m16n8k8(acc[mt][nt], ah[mt], bh[0], bh[1]);
+        }
+        if constexpr (COMPLEX) {
+          // B' = B rotated by -i: (re, im) -> (im, -re). The lane holding k = t holds the other half of its
+          // complex element at k = t ^ 1, i.e. in lane ^ 1 (same row g); k = t + 4 has the same parity.
+          const bool odd = (lane & 1) != 0;
+          unsigned rh[2], rl[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const unsigned partner = shfl_xor_u(b[nt][e], 1);
+            const float x = __uint_as_float(odd ? (partner ^ 0x80000000u) : partner);
+            rh[e] = to_tf32(x);
+            rl[e] = to_tf32(x - __uint_as_float(rh[e]));
+          }
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_tf32_m16n8k8(acc_im[mt][nt], al[mt], rh[0], rh[1]);
+            mma_tf32_m16n8k8(acc_im[mt][nt], ah[mt], rl[0], rl[1]);
+            mma_tf32_m16n8k8(acc_im[mt][nt], ah[mt], rh[0], rh[1]);
+          }
+        }
+      }
+    }
+  }
+};
+
+}  // namespace sim
+}  // namespace tunelab

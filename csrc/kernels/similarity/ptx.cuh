@@ -1,0 +1,66 @@
+// Device helpers of the similarity family that csrc/kernels/common/ does not provide: tf32 tensor-core MMA
+// and rounding, 16-bit -> fp32 unpacking, warp votes/shuffles and shared-memory scalar accessors.
+//
+// Every shared-memory scalar access of the family goes through lds()/sts(): on the GPU they are plain loads
+// and stores; the CPU emulator (tests/similarity_emulator) replaces this header to check them for races.
+#pragma once
+
+namespace tunelab {
+namespace sim {
+
+__device__ __forceinline__ float f32_inf() { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ float f32_nan() { return __int_as_float(0x7fffffff); }
+
+template <class T>
+__device__ __forceinline__ T lds(const T* p) {
+  return *p;
+}
+template <class T>
+__device__ __forceinline__ void sts(T* p, T v) {
+  *p = v;
+}
+
+// fp32 -> tf32 (round to nearest, ties away: the rounding CUTLASS's 3xTF32 uses). The result is an fp32 bit
+// pattern whose low 13 mantissa bits are zero, which is what the tf32 MMA reads.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// D (16x8, fp32) += A (16x8, tf32, row) * B (8x8, tf32, col). Fragments (g = lane / 4, t = lane % 4):
+//   a[0]: (row g, k t)  a[1]: (row g+8, k t)  a[2]: (row g, k t+4)  a[3]: (row g+8, k t+4)
+//   b0:   (k t, col g)  b1:   (k t+4, col g)
+//   c[0..1]: row g, cols 2t..2t+1; c[2..3]: row g+8, cols 2t..2t+1 (as for m16n8k16)
+__device__ __forceinline__ void mma_tf32_m16n8k8(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The two 16-bit values of a fragment register as fp32 (lo = bits 0..15). DTYPE 0 = fp16, 1 = bf16.
+template <int DTYPE>
+__device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
+  if constexpr (DTYPE == 0) {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+        : "=f"(lo), "=f"(hi)
+        : "r"(v));
+  } else {
+    lo = __uint_as_float(v << 16);
+    hi = __uint_as_float(v & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ unsigned ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
+__device__ __forceinline__ float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+__device__ __forceinline__ unsigned shfl_xor_u(unsigned v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+__device__ __forceinline__ float shfl_f(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+__device__ __forceinline__ void syncwarp() { __syncwarp(0xffffffffu); }
+__device__ __forceinline__ int popc(unsigned v) { return __popc(v); }
+__device__ __forceinline__ unsigned lanemask_lt(int lane) { return (1u << lane) - 1u; }
+
+}  // namespace sim
+}  // namespace tunelab

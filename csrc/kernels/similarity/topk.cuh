@@ -1,0 +1,711 @@
+// Top-k similarity search with the top-k fused into the GEMM: the nq x N score matrix is never written.
+//
+//   similarity_topk<TopkTraits<...>>  grid (query tiles, splits). A block owns BLOCK_Q queries and a
+//       contiguous range of corpus tiles (BLOCK_N rows each). The corpus tile is the MMA's A operand (M = corpus
+//       rows, so one query costs an n8 column, not an m16 row), the queries the B operand; both stream through a
+//       STAGES-deep cp.async ring over the feature dimension in BLOCK_K slices, so the block reads every corpus
+//       byte exactly once and keeps all its queries on chip without holding all of d. After the last slice of
+//       a tile the fp32 keys go to a shared score tile (EPI_ROWS rows at a time), and each warp updates the
+//       running top-k of the query columns it owns (see consume()). At the end every split writes k candidates
+//       per query.
+//   similarity_merge<DTYPE, METRIC, WARPS>  one block per query: merges the candidate lists of all splits (and,
+//       when streaming, the running list of earlier chunks) into the final sorted top-k.
+//
+// Order and ties (everywhere, including the merge): a candidate is better when its key is larger, or equal
+// with a smaller corpus index. The order is total (indices are distinct), so results are deterministic and
+// independent of the number of splits, of chunking and of warp scheduling. NaN keys never enter a list; when
+// fewer than k candidates exist the missing entries have index -1.
+//
+// Running top-k of one query (consume()): a sorted list of up to k (key, index) pairs in shared memory,
+// double-buffered. A column of new keys is filtered against the list's k-th entry (one compare per key: the
+// common case in the steady state, where a key enters with probability ~k / seen). While the list is not yet
+// full, a cheaper bound than -inf is used: the k-th largest of the 32 per-lane maxima; the k lanes holding
+// those maxima supply k distinct candidates >= the bound, so nothing below it can be in the top k, and the
+// first tile inserts ~k..2k candidates instead of EPI_ROWS. Passing keys are compacted (ballot) into a
+// per-warp scratch list and merged with the sorted list:
+//   MERGE 0 (rank):    each element's output position is its rank in the union: list element i: i + #scratch
+//                      better; scratch element: #scratch better + #list better (binary search). O((len+m) m / 32).
+//   MERGE 1 (bitonic): sort the scratch list with a warp bitonic network, then both ranks by binary search.
+//                      O(m log^2 m / 32): faster when many candidates pass (large k).
+//   MERGE 2 (hybrid):  rank when m <= 32, else bitonic.
+#pragma once
+
+#include "similarity/mma_tile.cuh"
+
+namespace tunelab {
+namespace sim {
+
+__device__ __forceinline__ bool better(float ak, int ai, float bk, int bi) {
+  return ak > bk || (ak == bk && ai < bi);
+}
+
+// The k-th largest (1 <= k <= 32) of one value per lane: bitonic sort across lanes, descending.
+// Values must not be NaN (fmaxf/fminf would drop them).
+__device__ __forceinline__ float warp_kth_largest(float x, int k, int lane) {
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const float o = shfl_xor_f(x, stride);
+      // in a descending block the lower lane of each pair keeps the max; blocks alternate direction until
+      // the final merge (size 32), which is descending for every lane
+      const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);
+      x = keep_max ? fmaxf(x, o) : fminf(x, o);
+    }
+  }
+  return shfl_f(x, k - 1);
+}
+
+// Number of entries of the sorted list (best first) that are better than (ek, ei): a prefix length.
+__device__ __forceinline__ int count_better_sorted(const float* Lk, const int* Li, int len, float ek, int ei) {
+  int lo = 0, hi = len;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (better(lds(Lk + mid), lds(Li + mid), ek, ei)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Union of the sorted list L (len) and the unsorted scratch list B (m) -> the best min(k, len + m) of them,
+// sorted, into O. Ranks in the union are distinct (total order), so every output slot is written once.
+__device__ __forceinline__ void merge_rank(const float* Lk, const int* Li, int len, const float* Bk, const int* Bi,
+                                           int m, float* Ok, int* Oi, int k, int lane) {
+  for (int i = lane; i < len; i += 32) {
+    const float ek = lds(Lk + i);
+    const int ei = lds(Li + i);
+    int r = i;
+    for (int j = 0; j < m; ++j) r += better(lds(Bk + j), lds(Bi + j), ek, ei) ? 1 : 0;
+    if (r < k) {
+      sts(Ok + r, ek);
+      sts(Oi + r, ei);
+    }
+  }
+  for (int j = lane; j < m; j += 32) {
+    const float ek = lds(Bk + j);
+    const int ei = lds(Bi + j);
+    int r = count_better_sorted(Lk, Li, len, ek, ei);
+    for (int j2 = 0; j2 < m; ++j2) r += better(lds(Bk + j2), lds(Bi + j2), ek, ei) ? 1 : 0;
+    if (r < k) {
+      sts(Ok + r, ek);
+      sts(Oi + r, ei);
+    }
+  }
+}
+
+// Sorts B[0..m) best first with a bitonic network over P = next power of two >= m entries (P <= CAP, the
+// scratch capacity); entries m..P-1 are padded with the worst possible (-inf, INT_MAX), which sort last.
+template <int CAP>
+__device__ __forceinline__ void sort_scratch(float* Bk, int* Bi, int m, int lane) {
+  int P = 1;
+  while (P < m) P <<= 1;
+  for (int i = m + lane; i < P; i += 32) {
+    sts(Bk + i, -f32_inf());
+    sts(Bi + i, 0x7fffffff);
+  }
+  syncwarp();
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int p = lane; p < (P >> 1); p += 32) {
+        const int i = ((p & ~(stride - 1)) << 1) | (p & (stride - 1));
+        const int j = i + stride;
+        const bool desc = (i & size) == 0;  // at size == P every block is descending (best first)
+        const float ki = lds(Bk + i), kj = lds(Bk + j);
+        const int ii = lds(Bi + i), ij = lds(Bi + j);
+        const bool swap = desc ? better(kj, ij, ki, ii) : better(ki, ii, kj, ij);
+        if (swap) {
+          sts(Bk + i, kj);
+          sts(Bi + i, ij);
+          sts(Bk + j, ki);
+          sts(Bi + j, ii);
+        }
+      }
+      syncwarp();
+    }
+  }
+}
+
+template <int CAP>
+__device__ __forceinline__ void merge_bitonic(const float* Lk, const int* Li, int len, float* Bk, int* Bi, int m,
+                                              float* Ok, int* Oi, int k, int lane) {
+  sort_scratch<CAP>(Bk, Bi, m, lane);
+  for (int i = lane; i < len; i += 32) {
+    const float ek = lds(Lk + i);
+    const int ei = lds(Li + i);
+    const int r = i + count_better_sorted(Bk, Bi, m, ek, ei);
+    if (r < k) {
+      sts(Ok + r, ek);
+      sts(Oi + r, ei);
+    }
+  }
+  for (int j = lane; j < m; j += 32) {
+    const float ek = lds(Bk + j);
+    const int ei = lds(Bi + j);
+    const int r = j + count_better_sorted(Lk, Li, len, ek, ei);
+    if (r < k) {
+      sts(Ok + r, ek);
+      sts(Oi + r, ei);
+    }
+  }
+}
+
+// The running top-k of one query: two list buffers (k entries each) and meta = {len, sel, thr_key, thr_idx}:
+// the list in use is buffer `sel`, holding `len` entries, best first; (thr_key, thr_idx) is its k-th entry, or
+// (-inf, INT_MAX) while it holds fewer than k (every non-NaN candidate beats that). Owned (written) by exactly one
+// warp; the threshold is read by every thread of the search block for its pre-check.
+struct QueryList {
+  float* key0;
+  int* idx0;
+  float* key1;
+  int* idx1;
+  int* meta;
+};
+
+// Offer R * 32 candidates (v[r], id[r] of every lane) to the running top-k of one query. Warp-collective.
+// Scratch sk/si holds at least 32 * R entries.
+template <int R, int MERGE>
+__device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R], const int (&id)[R], int k, float* sk,
+                                        int* si, int lane) {
+  const int len = lds(ql.meta);
+  const int sel = lds(ql.meta + 1);
+  const float* Lk = sel ? ql.key1 : ql.key0;
+  const int* Li = sel ? ql.idx1 : ql.idx0;
+  float* Ok = sel ? ql.key0 : ql.key1;
+  int* Oi = sel ? ql.idx0 : ql.idx1;
+  bool pass[R];
+  if (len >= k) {
+    const float tk = lds(Lk + (k - 1));
+    const int ti = lds(Li + (k - 1));
+#pragma unroll
+    for (int r = 0; r < R; ++r) pass[r] = better(v[r], id[r], tk, ti);
+  } else {
+    float tau = -f32_inf();
+    if (k <= 32) {
+      float mx = -f32_inf();
+      bool any = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (v[r] == v[r]) {  // not NaN
+          mx = fmaxf(mx, v[r]);
+          any = true;
+        }
+      }
+      if (popc(ballot(any)) >= k) tau = warp_kth_largest(mx, k, lane);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) pass[r] = v[r] >= tau;  // NaN fails
+  }
+  unsigned bal[R];
+  int total = 0;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    bal[r] = ballot(pass[r]);
+    total += popc(bal[r]);
+  }
+  if (total == 0) return;
+  int base = 0;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (pass[r]) {
+      const int pos = base + popc(bal[r] & lanemask_lt(lane));
+      sts(sk + pos, v[r]);
+      sts(si + pos, id[r]);
+    }
+    base += popc(bal[r]);
+  }
+  syncwarp();
+  if (MERGE == 0 || (MERGE == 2 && total <= 32)) {
+    merge_rank(Lk, Li, len, sk, si, total, Ok, Oi, k, lane);
+  } else {
+    merge_bitonic<32 * R>(Lk, Li, len, sk, si, total, Ok, Oi, k, lane);
+  }
+  syncwarp();  // the merged list is complete: lane 0 reads its k-th entry
+  if (lane == 0) {
+    const int nl = len + total < k ? len + total : k;
+    sts(ql.meta, nl);
+    sts(ql.meta + 1, sel ^ 1);
+    sts(reinterpret_cast<float*>(ql.meta + 2), nl >= k ? lds(Ok + (k - 1)) : -f32_inf());
+    sts(ql.meta + 3, nl >= k ? lds(Oi + (k - 1)) : 0x7fffffff);
+  }
+  syncwarp();
+}
+
+// ------------------------------------------------------------------------------------------ search kernel
+
+template <int DTYPE_, int METRIC_, int BLOCK_N_, int BLOCK_Q_, int BLOCK_K_, int WARPS_N_, int WARPS_Q_, int STAGES_,
+          int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1>
+struct TopkTraits {
+  static constexpr int kDtype = DTYPE_;
+  static constexpr int kMetric = METRIC_;
+  static constexpr int kBlockN = BLOCK_N_;
+  static constexpr int kBlockQ = BLOCK_Q_;
+  static constexpr int kBlockK = BLOCK_K_;
+  static constexpr int kWarpsN = WARPS_N_;
+  static constexpr int kWarpsQ = WARPS_Q_;
+  static constexpr int kStages = STAGES_;
+  static constexpr int kVec = VEC_;
+  static constexpr int kMerge = MERGE_;
+  static constexpr int kMinBlocks = MIN_BLOCKS_;  // __launch_bounds__ minimum: 2 caps registers for 2 blocks/SM
+  static constexpr int kWarps = kWarpsN * kWarpsQ;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
+  static constexpr int kRowBytes = kBlockK * kElemBytes;  // one pipeline slice of a row
+  static constexpr int kKSteps = kRowBytes / 32;
+  static constexpr int kWarpN = kBlockN / kWarpsN;
+  static constexpr int kMT = kWarpN / 16;
+  static constexpr int kWarpQ = kBlockQ / kWarpsQ;
+  static constexpr int kNT = kWarpQ / 8;
+  // The score tile holds EPI_ROWS corpus rows of every query column; longer tiles are handled in several passes
+  // (BLOCK_N = 256 with 128: the full tile would not fit next to the pipeline; 64 shrinks the tile further so
+  // that two blocks fit on an SM and one's top-k epilogue overlaps the other's main loop).
+  static constexpr int kEpiRows = kBlockN < EPI_ROWS_ ? kBlockN : EPI_ROWS_;
+  static constexpr int kEpiPasses = kBlockN / kEpiRows;
+  static constexpr int kR = kEpiRows / 32;                // keys per lane per column
+  static constexpr int kScorePitch = kEpiRows + 4;        // floats; = 4 mod 32: conflict-free fragment stores
+  static constexpr bool kNorms = kMetric != kIP;
+  using Layout = SmemRowLayout<kRowBytes, 1>;
+
+  static constexpr int kATileBytes = kBlockN * kRowBytes;
+  static constexpr int kBTileBytes = kBlockQ * kRowBytes;
+  static constexpr int kStageBytes = kATileBytes + kBTileBytes;
+  static constexpr int kScoreOffset = kStages * kStageBytes;
+  static constexpr int kScoreBytes = kBlockQ * kScorePitch * 4;
+  static constexpr int kScratchOffset = kScoreOffset + kScoreBytes;
+  static constexpr int kScratchBytes = kWarps * kEpiRows * 8;  // per warp: keys then indices
+  static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
+  static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of the tile's corpus rows
+  static constexpr int kMetaOffset = kNormOffset + kNormBytes;
+  static constexpr int kMetaBytes = kBlockQ * 16;              // {len, sel, thr_key, thr_idx} per query
+  static constexpr int kListOffset = kMetaOffset + kMetaBytes;
+  // Dynamic shared memory = kStaticSmemBytes + 2 * kBlockQ * k * 8 (two list buffers of keys and indices).
+  static constexpr int kStaticSmemBytes = kListOffset;
+
+  static_assert(kDtype == kF16 || kDtype == kBF16 || kDtype == kF32, "search dtypes: fp16, bf16, fp32");
+  static_assert(kMetric >= kIP && kMetric <= kL2, "metric code 0..2");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256, "BLOCK_N must be 64, 128 or 256");
+  static_assert(kBlockQ % 8 == 0 && kBlockQ >= 8 && kBlockQ <= 128, "BLOCK_Q must be a multiple of 8 up to 128");
+  static_assert(kRowBytes == 64 || kRowBytes == 128 || kRowBytes == 256, "BLOCK_K * element bytes: 64, 128, 256");
+  static_assert(kBlockN % (16 * kWarpsN) == 0, "BLOCK_N must be a multiple of 16 * WARPS_N");
+  static_assert(kBlockQ % (8 * kWarpsQ) == 0, "BLOCK_Q must be a multiple of 8 * WARPS_Q");
+  static_assert(kThreads >= 64 && kThreads <= 512, "2 to 16 warps");
+  static_assert(kStages >= 2 && kStages <= 6, "STAGES 2..6");
+  static_assert(kVec == 4 || kVec == 8 || kVec == 16, "VEC 4, 8 or 16 bytes");
+  static_assert(kMerge >= 0 && kMerge <= 2, "MERGE 0 (rank), 1 (bitonic), 2 (hybrid)");
+  static_assert(EPI_ROWS_ == 64 || EPI_ROWS_ == 128, "EPI_ROWS 64 or 128");
+  static_assert(kMinBlocks == 1 || kMinBlocks == 2, "MIN_BLOCKS 1 or 2");
+  static_assert(kStageBytes % 128 == 0 && kScoreBytes % 16 == 0, "region alignment");
+};
+
+template <class Tr>
+struct TopkBlock {
+  using L = typename Tr::Layout;
+  static constexpr int BN = Tr::kBlockN, BQ = Tr::kBlockQ, BK = Tr::kBlockK;
+  static constexpr int MT = Tr::kMT, NT = Tr::kNT, R = Tr::kR, EPI = Tr::kEpiRows, SP = Tr::kScorePitch;
+
+  const SearchParams& p;
+  unsigned char* smem;
+  int tid, lane, warp, warp_n, warp_q, q0, KT;
+  float* scores;
+  float* norms;
+  float* skey;
+  int* sidx;
+  int* meta;
+  float* lkey;
+  int* lidx;
+
+  __device__ __forceinline__ TopkBlock(const SearchParams& params, unsigned char* s) : p(params), smem(s) {
+    tid = static_cast<int>(threadIdx.x);
+    lane = tid & 31;
+    warp = tid >> 5;
+    warp_n = warp % Tr::kWarpsN;
+    warp_q = warp / Tr::kWarpsN;
+    q0 = static_cast<int>(blockIdx.x) * BQ;
+    KT = (p.d + BK - 1) / BK;
+    scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset);
+    norms = reinterpret_cast<float*>(smem + Tr::kNormOffset);
+    skey = reinterpret_cast<float*>(smem + Tr::kScratchOffset) + warp * 2 * EPI;
+    sidx = reinterpret_cast<int*>(skey + EPI);
+    meta = reinterpret_cast<int*>(smem + Tr::kMetaOffset);
+    lkey = reinterpret_cast<float*>(smem + Tr::kListOffset);
+    lidx = reinterpret_cast<int*>(lkey + 2 * BQ * p.k);
+  }
+
+  __device__ __forceinline__ QueryList list_of(int c) const {
+    QueryList ql;
+    ql.key0 = lkey + c * p.k;
+    ql.key1 = lkey + (BQ + c) * p.k;
+    ql.idx0 = lidx + c * p.k;
+    ql.idx1 = lidx + (BQ + c) * p.k;
+    ql.meta = meta + 4 * c;
+    return ql;
+  }
+
+  // cp.async the corpus and query slices of flattened iteration (tile, kc) into stage `stage`.
+  __device__ __forceinline__ void load(int stage, int tile, int kc) {
+    const unsigned base = smem_u32(smem) + static_cast<unsigned>(stage * Tr::kStageBytes);
+    const int row0 = tile * BN;
+    const long long ebytes = Tr::kElemBytes;
+    const int bytes_valid = p.d * Tr::kElemBytes - kc * Tr::kRowBytes;
+    const char* c = static_cast<const char*>(p.corpus) + (row0 * p.c_stride + static_cast<long long>(kc) * BK) * ebytes;
+    load_tile<BN, Tr::kRowBytes, Tr::kVec, Tr::kThreads, L>(base, c, p.c_stride * ebytes, p.n - row0, bytes_valid, tid);
+    const char* q = static_cast<const char*>(p.queries) + (q0 * p.q_stride + static_cast<long long>(kc) * BK) * ebytes;
+    load_tile<BQ, Tr::kRowBytes, Tr::kVec, Tr::kThreads, L>(base + Tr::kATileBytes, q, p.q_stride * ebytes, p.nq - q0,
+                                                           bytes_valid, tid);
+  }
+
+  // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
+  // then each warp turns its columns into keys (metric applied) and offers them to their running lists.
+  __device__ __forceinline__ void epilogue(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = tile * BN;
+    if constexpr (Tr::kNorms) {
+      if (warp_q == 0) {  // these warps cover every row of the tile once
+        mma.quad_reduce_norms();
+        if (t == 0) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) sts(norms + warp_n * Tr::kWarpN + mt * 16 + g + 8 * h, mma.nrm[mt][h]);
+        }
+      }
+      __syncthreads();  // every warp needs its rows' norms for the pre-check
+    }
+    // Pre-check: does any key of this tile beat its query's current k-th entry? Each thread tests its own
+    // accumulators with exactly the arithmetic consume() sees (same key, same order), so when nothing passes
+    // here nothing would pass there either, and the whole epilogue is skipped - the common case once the
+    // lists are full (a key enters with probability ~k / rows seen). A list that is not full has the
+    // threshold (-inf, INT_MAX), which every valid key passes, so the full path runs.
+    bool any = false;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+        if (q0 + col >= p.nq) continue;  // padding columns have no list
+        const float tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
+        const int ti = lds(meta + 4 * col + 3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = warp_n * Tr::kWarpN + mt * 16 + g + 8 * h;
+            const float dot = mma.acc[mt][nt][2 * h + e];
+            float key = dot;
+            if constexpr (Tr::kMetric == kCosine) key = dot * rsqrtf(fmaxf(lds(norms + row), 1e-24f));
+            if constexpr (Tr::kMetric == kL2) key = fmaf(2.f, dot, -lds(norms + row));
+            const int id = static_cast<int>(p.index_base + row0 + row);
+            any = any || (row0 + row < p.n && better(key, id, tk, ti));
+          }
+        }
+      }
+    }
+    if (!__syncthreads_or(any)) return;
+#pragma unroll
+    for (int pass = 0; pass < Tr::kEpiPasses; ++pass) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = warp_n * Tr::kWarpN + mt * 16 + g + 8 * h;
+          if (row / EPI != pass) continue;
+          const bool valid = row0 + row < p.n;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+              sts(scores + col * SP + (row - pass * EPI), valid ? mma.acc[mt][nt][2 * h + e] : f32_nan());
+            }
+          }
+        }
+      }
+      __syncthreads();
+      // the rows are the same for every column: load their norms once per pass
+      float scale[R], shift[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        scale[r] = 1.f;
+        shift[r] = 0.f;
+        if constexpr (Tr::kMetric == kCosine) {
+          scale[r] = rsqrtf(fmaxf(lds(norms + pass * EPI + lane + 32 * r), 1e-24f));  // 1 / max(|c|, 1e-12)
+        } else if constexpr (Tr::kMetric == kL2) {
+          scale[r] = 2.f;
+          shift[r] = -lds(norms + pass * EPI + lane + 32 * r);
+        }
+      }
+      const int id0 = static_cast<int>(p.index_base + row0 + pass * EPI);
+      for (int c = warp; c < BQ; c += Tr::kWarps) {
+        if (q0 + c >= p.nq) break;
+        float v[R];
+        int id[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float dot = lds(scores + c * SP + lane + 32 * r);
+          v[r] = dot;  // NaN (invalid row) stays NaN
+          if constexpr (Tr::kMetric == kCosine) v[r] = dot * scale[r];
+          if constexpr (Tr::kMetric == kL2) v[r] = fmaf(scale[r], dot, shift[r]);
+          id[r] = id0 + lane + 32 * r;
+        }
+        consume<R, Tr::kMerge>(list_of(c), v, id, p.k, skey, sidx, lane);
+      }
+      // the next pass overwrites the score tile; the next tile's main loop has barriers of its own
+      if (pass + 1 < Tr::kEpiPasses) __syncthreads();
+    }
+  }
+
+  __device__ __forceinline__ void run() {
+    const int split = static_cast<int>(blockIdx.y);
+    const int tile_begin = split * p.tiles_per_split;
+    int tile_end = tile_begin + p.tiles_per_split;
+    if (tile_end > p.num_tiles) tile_end = p.num_tiles;
+    const int ntiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
+    const int total = ntiles * KT;
+
+    for (int c = tid; c < BQ; c += Tr::kThreads) {
+      sts(meta + 4 * c, 0);
+      sts(meta + 4 * c + 1, 0);
+      sts(reinterpret_cast<float*>(meta + 4 * c + 2), -f32_inf());
+      sts(meta + 4 * c + 3, 0x7fffffff);
+    }
+
+    LdsmLaneAddr<L, 1> la, lb;
+    la.init(a_lane_row(lane), a_lane_half(lane));
+    lb.init(b_lane_row(lane), b_lane_half(lane));
+
+    WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false> mma;
+    mma.zero();
+
+    // Prologue: STAGES-1 slices in flight. Every thread commits a group per slot, loaded or not, so the
+    // wait_group counts below are the same for every thread and every iteration.
+    int ld_tile = tile_begin, ld_kc = 0;
+#pragma unroll
+    for (int s = 0; s < Tr::kStages - 1; ++s) {
+      if (s < total) {
+        load(s, ld_tile, ld_kc);
+        if (++ld_kc == KT) {
+          ld_kc = 0;
+          ++ld_tile;
+        }
+      }
+      cp_async_commit();
+    }
+
+    int tile = tile_begin, kc = 0;
+    for (int it = 0; it < total; ++it) {
+      cp_async_wait<Tr::kStages - 2>();
+      // slice `it` has landed for every thread, and every warp is done with the stage refilled below
+      __syncthreads();
+      const int ld_it = it + Tr::kStages - 1;
+      if (ld_it < total) {
+        load(ld_it % Tr::kStages, ld_tile, ld_kc);
+        if (++ld_kc == KT) {
+          ld_kc = 0;
+          ++ld_tile;
+        }
+      }
+      cp_async_commit();
+
+      const unsigned a_tile = smem_u32(smem) + static_cast<unsigned>((it % Tr::kStages) * Tr::kStageBytes);
+      const unsigned b_tile = a_tile + Tr::kATileBytes;
+      const LdsmLaneAddr<L, 1> la_i = la.opaque(), lb_i = lb.opaque();
+#pragma unroll
+      for (int ks = 0; ks < Tr::kKSteps; ++ks)
+        mma.kstep(a_tile, b_tile, la_i, lb_i, warp_n * Tr::kWarpN, warp_q * Tr::kWarpQ, ks, lane);
+      if constexpr (Tr::kNorms) {
+        if (warp_q == 0) {
+#pragma unroll
+          for (int ks = 0; ks < Tr::kKSteps; ++ks) mma.norms_kstep(a_tile, la_i, warp_n * Tr::kWarpN, ks);
+        }
+      }
+
+      if (++kc == KT) {
+        epilogue(mma, tile);
+        mma.zero();
+        kc = 0;
+        ++tile;
+      }
+    }
+    cp_async_wait<0>();
+    // An empty split still writes k missing entries per query; the meta init must be visible to every warp.
+    __syncthreads();
+
+    // Write the candidate list of each owned query column: best first, missing entries (-inf, -1).
+    const long long list = static_cast<long long>(p.list_offset) + split;
+    for (int c = warp; c < BQ; c += Tr::kWarps) {
+      if (q0 + c >= p.nq) break;
+      const QueryList ql = list_of(c);
+      const int len = lds(ql.meta);
+      const int sel = lds(ql.meta + 1);
+      const float* Lk = sel ? ql.key1 : ql.key0;
+      const int* Li = sel ? ql.idx1 : ql.idx0;
+      const long long out = (list * p.nq + q0 + c) * p.k;
+      for (int r = lane; r < p.k; r += 32) {
+        p.cand_key[out + r] = r < len ? lds(Lk + r) : -f32_inf();
+        p.cand_idx[out + r] = r < len ? lds(Li + r) : -1;
+      }
+    }
+  }
+};
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) similarity_topk(const __grid_constant__ SearchParams p) {
+#ifdef TUNELAB_EXPECTED_SMEM
+  static_assert(Tr::kStaticSmemBytes == TUNELAB_EXPECTED_SMEM,
+                "launcher smem formula disagrees with the kernel's own layout (TopkTraits::kStaticSmemBytes)");
+#endif
+  extern __shared__ __align__(128) unsigned char tunelab_similarity_smem[];
+  TopkBlock<Tr> blk(p, tunelab_similarity_smem);
+  blk.run();
+}
+
+// ------------------------------------------------------------------------------------------ merge kernel
+
+// Shared memory of similarity_merge<_, _, WARPS> for a given k (the launcher uses the same formula):
+// per warp two list buffers (2 * k * 8 bytes), {len, sel, thr_key, thr_idx} (16 bytes) and a 32 * kMergeR
+// scratch list.
+constexpr int kMergeR = 4;
+__host__ __device__ constexpr long long merge_smem_bytes(int warps, int k) {
+  return static_cast<long long>(warps) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
+}
+
+template <int DTYPE, int METRIC, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_constant__ MergeParams p) {
+  static_assert(WARPS >= 1 && WARPS <= 16, "1..16 warps");
+  extern __shared__ __align__(128) unsigned char tunelab_similarity_smem[];
+  constexpr int R = kMergeR;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int q = static_cast<int>(blockIdx.x);
+  const int k = p.k;
+  float* lists = reinterpret_cast<float*>(tunelab_similarity_smem);           // [WARPS][2][k] keys
+  int* lidx = reinterpret_cast<int*>(lists + WARPS * 2 * k);                  // [WARPS][2][k] indices
+  int* meta = lidx + WARPS * 2 * k;                                           // [WARPS][4]
+  float* skey = reinterpret_cast<float*>(meta + 4 * WARPS) + warp * 2 * 32 * R;
+  int* sidx = reinterpret_cast<int*>(skey + 32 * R);
+  float* qnorm = reinterpret_cast<float*>(meta + 4 * WARPS) + WARPS * 2 * 32 * R;
+
+  auto list_of = [&](int w) {
+    QueryList ql;
+    ql.key0 = lists + (2 * w) * k;
+    ql.key1 = lists + (2 * w + 1) * k;
+    ql.idx0 = lidx + (2 * w) * k;
+    ql.idx1 = lidx + (2 * w + 1) * k;
+    ql.meta = meta + 4 * w;
+    return ql;
+  };
+  if (lane == 0) {
+    sts(meta + 4 * warp, 0);
+    sts(meta + 4 * warp + 1, 0);
+  }
+  syncwarp();
+
+  // Phase 1: warp w merges lists w, w + WARPS, ... Candidates are visited rank by rank across its lists
+  // (every list's best first), so the bound rises fast and later ranks are rejected by one compare.
+  const int my_lists = p.num_lists > warp ? (p.num_lists - warp + WARPS - 1) / WARPS : 0;
+  const int total = my_lists * p.list_len;
+  const QueryList mine = list_of(warp);
+  float v[R], nv[R];
+  int id[R], nid[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    v[r] = nv[r] = f32_nan();
+    id[r] = nid[r] = -1;
+  }
+  auto fetch = [&](int base, float (&fv)[R], int (&fi)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int e = base + r * 32 + lane;
+      fv[r] = f32_nan();
+      fi[r] = -1;
+      if (e < total) {
+        const int rank = e / my_lists;
+        const int l = warp + (e - rank * my_lists) * WARPS;
+        const long long at = l * p.list_stride + q * p.query_stride + rank;
+        const int ix = p.implicit_index ? l * p.list_len + rank : p.cand_idx[at];
+        if (ix >= 0) {
+          fv[r] = p.cand_key[at];
+          fi[r] = ix;
+        }
+      }
+    }
+  };
+  if (total > 0) fetch(0, v, id);
+  for (int base = 0; base < total; base += 32 * R) {
+    // prefetch the next chunk so its global loads overlap this chunk's merge
+    if (base + 32 * R < total) fetch(base + 32 * R, nv, nid);
+    consume<R, 2>(mine, v, id, k, skey, sidx, lane);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      v[r] = nv[r];
+      id[r] = nid[r];
+    }
+  }
+
+  // |q|^2 for the metric conversion (warp WARPS-1 when there are several, so it overlaps phase 2's start)
+  if constexpr (METRIC != kIP) {
+    if (warp == WARPS - 1) {
+      float s = 0.f;
+      if constexpr (DTYPE == kF32) {
+        const float* qr = static_cast<const float*>(p.queries) + static_cast<long long>(q) * p.q_stride;
+        for (int i = lane; i < p.d; i += 32) s = fmaf(qr[i], qr[i], s);
+      } else {
+        const unsigned short* qr =
+            static_cast<const unsigned short*>(p.queries) + static_cast<long long>(q) * p.q_stride;
+        for (int i = lane; i < p.d; i += 32) {
+          float x, unused;
+          unpack2<DTYPE>(static_cast<unsigned>(qr[i]), x, unused);
+          s = fmaf(x, x, s);
+        }
+      }
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) s += shfl_xor_f(s, m);
+      if (lane == 0) sts(qnorm, s);
+    }
+  }
+  __syncthreads();
+
+  // Phase 2: warp 0 takes in the other warps' lists.
+  if (warp != 0) return;
+  for (int w = 1; w < WARPS; ++w) {
+    const QueryList other = list_of(w);
+    const int olen = lds(other.meta);
+    const int osel = lds(other.meta + 1);
+    const float* ok = osel ? other.key1 : other.key0;
+    const int* oi = osel ? other.idx1 : other.idx0;
+    for (int base = 0; base < olen; base += 32 * R) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int e = base + r * 32 + lane;
+        v[r] = e < olen ? lds(ok + e) : f32_nan();
+        id[r] = e < olen ? lds(oi + e) : -1;
+      }
+      consume<R, 2>(mine, v, id, k, skey, sidx, lane);
+    }
+  }
+
+  const int len = lds(mine.meta);
+  const int sel = lds(mine.meta + 1);
+  const float* Lk = sel ? mine.key1 : mine.key0;
+  const int* Li = sel ? mine.idx1 : mine.idx0;
+  float qn2 = 0.f;
+  if constexpr (METRIC != kIP) qn2 = lds(qnorm);
+  const long long out = static_cast<long long>(q) * k;
+  for (int r = lane; r < k; r += 32) {
+    const bool have = r < len;
+    const float key = have ? lds(Lk + r) : -f32_inf();
+    const int ix = have ? lds(Li + r) : -1;
+    if (p.out_key != nullptr) {
+      p.out_key[out + r] = key;
+      p.out_idx[out + r] = ix;
+    }
+    if (p.out_score != nullptr) {
+      float s = key;
+      if constexpr (METRIC == kCosine) s = key / fmaxf(sqrtf(qn2), 1e-12f);
+      if constexpr (METRIC == kL2) s = have ? fmaxf(qn2 - key, 0.f) : f32_inf();
+      p.out_score[out + r] = s;
+      p.out_index[out + r] = ix;
+    }
+  }
+}
+
+}  // namespace sim
+}  // namespace tunelab

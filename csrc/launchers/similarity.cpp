@@ -1,0 +1,419 @@
+#include "launchers/similarity.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <sstream>
+
+#include "core/errors.h"
+#include "kernels/similarity/params.cuh"
+
+namespace tunelab::launchers::similarity {
+
+namespace {
+
+std::string join(const std::vector<long long>& v) {
+    std::ostringstream s;
+    s << "[";
+    for (size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+    s << "]";
+    return s.str();
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s + "]";
+}
+
+// Name/value checks shared by both families: every parameter present, known, and one of its choices.
+std::map<std::string, int> checked(const char* family, const Config& config, const std::vector<std::string>& names,
+                                   const std::map<std::string, std::vector<long long>>& choices) {
+    for (const auto& [key, value] : config) {
+        if (std::find(names.begin(), names.end(), key) == names.end())
+            throw ConfigError(std::string(family) + " config: unknown parameter '" + key + "'; the parameters are " +
+                              join_names(names));
+    }
+    std::map<std::string, int> v;
+    for (const auto& name : names) {
+        auto it = config.find(name);
+        if (it == config.end())
+            throw ConfigError(std::string(family) + " config: missing parameter '" + name + "'; the parameters are " +
+                              join_names(names));
+        const auto& ok = choices.at(name);
+        if (std::find(ok.begin(), ok.end(), it->second) == ok.end())
+            throw ConfigError(std::string(family) + " config: " + name + "=" + std::to_string(it->second) +
+                              " is not accepted; accepted values are " + join(ok));
+        v[name] = static_cast<int>(it->second);
+    }
+    return v;
+}
+
+[[noreturn]] void bad(const char* family, const std::string& msg) {
+    throw ConfigError(std::string(family) + " config: " + msg);
+}
+
+const char* dtype_name(int dtype) {
+    switch (dtype) {
+        case 0: return "fp16";
+        case 1: return "bf16";
+        case 2: return "fp32";
+        case 3: return "complex64";
+        default: return "?";
+    }
+}
+
+template <class T>
+std::string as_bytes(const T& v) {
+    return std::string(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+}  // namespace
+
+int element_bytes(int dtype) {
+    if (dtype == 0 || dtype == 1) return 2;
+    if (dtype == 2 || dtype == 3) return 4;
+    throw ConfigError("dtype code " + std::to_string(dtype) + " is not 0 (fp16), 1 (bf16), 2 (fp32) or 3 (complex64)");
+}
+
+// ------------------------------------------------------------------------------------------------ top-k search
+
+const std::vector<std::string>& topk_param_names() {
+    static const std::vector<std::string> names = {"BLOCK_N", "BLOCK_Q", "BLOCK_K", "WARPS_N",  "WARPS_Q",
+                                                   "STAGES",  "VEC",     "MERGE",   "EPI_ROWS", "MIN_BLOCKS"};
+    return names;
+}
+
+const std::map<std::string, std::vector<long long>>& topk_param_choices() {
+    static const std::map<std::string, std::vector<long long>> choices = [] {
+        std::map<std::string, std::vector<long long>> c = {
+            {"BLOCK_N", {64, 128, 256}},     // corpus rows per tile (MMA M side)
+            {"BLOCK_K", {16, 32, 64, 128}},  // elements of d per pipeline slice (x element bytes: 64..256 B)
+            {"WARPS_N", {1, 2, 4, 8}},       // warps along the corpus rows
+            {"WARPS_Q", {1, 2, 4}},          // warps along the queries
+            {"STAGES", {2, 3, 4, 5, 6}},     // cp.async ring depth
+            {"VEC", {4, 8, 16}},             // bytes per cp.async
+            {"MERGE", {0, 1, 2}},            // 0 rank merge, 1 bitonic, 2 hybrid
+            {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
+            {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
+        };
+        std::vector<long long> q;
+        for (int b = 8; b <= 128; b += 8) q.push_back(b);  // queries per block (MMA N side, n8 steps)
+        c["BLOCK_Q"] = q;
+        return c;
+    }();
+    return choices;
+}
+
+TopkConfig topk_validate(const Config& config, int dtype, int metric) {
+    const char* fam = "similarity";
+    auto v = checked(fam, config, topk_param_names(), topk_param_choices());
+    if (dtype < 0 || dtype > 2)
+        bad(fam, "dtype code " + std::to_string(dtype) + " is not 0 (fp16), 1 (bf16) or 2 (fp32)");
+    if (metric < 0 || metric > 2) bad(fam, "metric code " + std::to_string(metric) + " is not 0 (ip), 1 (cosine), 2 (l2)");
+    TopkConfig c{v["BLOCK_N"], v["BLOCK_Q"], v["BLOCK_K"], v["WARPS_N"],  v["WARPS_Q"],
+                 v["STAGES"],  v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"]};
+    const int row_bytes = c.block_k * element_bytes(dtype);
+    if (row_bytes != 64 && row_bytes != 128 && row_bytes != 256)
+        bad(fam, "BLOCK_K=" + std::to_string(c.block_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
+                     dtype_name(dtype) + ") = " + std::to_string(row_bytes) +
+                     " bytes per row slice; it must be 64, 128 or 256 (the swizzled layout's row sizes)");
+    if (c.block_n % (16 * c.warps_n) != 0)
+        bad(fam, "BLOCK_N=" + std::to_string(c.block_n) + " is not a multiple of 16 * WARPS_N=" +
+                     std::to_string(16 * c.warps_n) + " (each warp owns whole m16 row tiles)");
+    if (c.block_q % (8 * c.warps_q) != 0)
+        bad(fam, "BLOCK_Q=" + std::to_string(c.block_q) + " is not a multiple of 8 * WARPS_Q=" +
+                     std::to_string(8 * c.warps_q) + " (each warp owns whole n8 query tiles)");
+    const int warps = c.warps_n * c.warps_q;
+    if (warps < 2 || warps > 16)
+        bad(fam, "WARPS_N * WARPS_Q = " + std::to_string(warps) + " warps; a block has 2 to 16 warps");
+    if (c.min_blocks * c.threads() > 2048)
+        bad(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.threads()) +
+                     " threads exceeds 2048 threads per SM");
+    return c;
+}
+
+long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
+    const TopkConfig c = topk_validate(config, dtype, metric);
+    // Mirrors TopkTraits: pipeline ring, score tile, per-warp scratch lists, row norms (cosine, l2),
+    // per-query {len, sel, thr_key, thr_idx}.
+    const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
+    const long long stage = (c.block_n + c.block_q) * row_bytes;
+    const long long epi = c.epi_rows();
+    const long long score = c.block_q * (epi + 4) * 4;
+    const long long scratch = static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
+    const long long norms = metric != 0 ? c.block_n * 4LL : 0;
+    const long long meta = c.block_q * 16LL;
+    return c.stages * stage + score + scratch + norms + meta;
+}
+
+long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {
+    if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
+    const TopkConfig c = topk_validate(config, dtype, metric);
+    // two list buffers of (key, index) per query: the running top-k is double-buffered
+    return topk_static_smem_bytes(config, dtype, metric) + 2LL * c.block_q * k * 8;
+}
+
+int topk_threads(const Config& config) {
+    auto v = checked("similarity", config, topk_param_names(), topk_param_choices());
+    return 32 * v["WARPS_N"] * v["WARPS_Q"];
+}
+
+std::string topk_name_expression(const Config& config, int dtype, int metric) {
+    const TopkConfig c = topk_validate(config, dtype, metric);
+    std::ostringstream s;
+    s << "tunelab::sim::similarity_topk<tunelab::sim::TopkTraits<" << dtype << ", " << metric << ", " << c.block_n
+      << ", " << c.block_q << ", " << c.block_k << ", " << c.warps_n << ", " << c.warps_q << ", " << c.stages << ", "
+      << c.vec << ", " << c.merge << ", " << c.epi_rows_param << ", " << c.min_blocks << ">>";
+    return s.str();
+}
+
+TopkPlan topk_plan(const Config& config, long long nq, long long n, long long target_blocks, long long max_splits) {
+    auto v = checked("similarity", config, topk_param_names(), topk_param_choices());
+    if (nq < 1) throw InputError("nq=" + std::to_string(nq) + " queries; at least one is needed");
+    if (n < 1) throw InputError("n=" + std::to_string(n) + " corpus rows; at least one is needed");
+    if (n > INT_MAX) throw InputError("a corpus chunk of " + std::to_string(n) + " rows exceeds 2^31 - 1 rows");
+    const long long bn = v["BLOCK_N"], bq = v["BLOCK_Q"];
+    TopkPlan p{};
+    const long long q_tiles = (nq + bq - 1) / bq;
+    if (q_tiles > INT_MAX) throw InputError("too many queries: " + std::to_string(nq));
+    p.q_tiles = static_cast<int>(q_tiles);
+    const long long tiles = (n + bn - 1) / bn;
+    p.num_tiles = static_cast<int>(tiles);
+    // One resident wave: q_tiles * splits ~ target_blocks, every split a contiguous run of equal length.
+    long long splits = target_blocks > 0 ? (target_blocks + q_tiles - 1) / q_tiles : 1;
+    splits = std::max(1LL, std::min(splits, tiles));
+    if (max_splits > 0) splits = std::min(splits, max_splits);
+    splits = std::min(splits, 65535LL);  // grid dimension y
+    const long long per = (tiles + splits - 1) / splits;
+    p.tiles_per_split = static_cast<int>(per);
+    p.splits = static_cast<int>((tiles + per - 1) / per);  // no empty split
+    return p;
+}
+
+int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides,
+            long long d) {
+    const int eb = element_bytes(dtype);
+    for (int vec : {16, 8, 4}) {
+        bool ok = (d * eb) % vec == 0;
+        for (auto p : pointers) ok = ok && p % vec == 0;
+        for (auto s : strides) ok = ok && (s * eb) % vec == 0;
+        if (ok) return vec;
+    }
+    return 0;
+}
+
+std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
+                      unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
+                      long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
+                      int tiles_per_split, int list_offset) {
+    const TopkConfig c = topk_validate(config, dtype, 0);
+    if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
+    if (n < 1 || n > INT_MAX) throw InputError("n=" + std::to_string(n) + " must be in 1..2^31-1");
+    if (d < 1 || d > INT_MAX / 4) throw InputError("d=" + std::to_string(d) + " must be in 1..2^29");
+    if (k < 1 || k > INT_MAX / 8) throw InputError("k=" + std::to_string(k) + " must be >= 1");
+    if (index_base < 0 || index_base + n > INT_MAX)
+        throw InputError("corpus rows up to " + std::to_string(index_base + n) +
+                         " exceed 2^31 - 1: indices are 32-bit inside the kernels; split the corpus");
+    if (q_stride < d || c_stride < d)
+        throw InputError("row strides (queries " + std::to_string(q_stride) + ", corpus " + std::to_string(c_stride) +
+                         " elements) must be >= d=" + std::to_string(d));
+    if (!queries || !corpus || !cand_key || !cand_idx) throw InputError("null device pointer");
+    const int allowed = max_vec(dtype, {queries, corpus}, {q_stride, c_stride}, d);
+    if (allowed < c.vec)
+        throw InputError("VEC=" + std::to_string(c.vec) + " bytes needs the query and corpus pointers, row strides and d * " +
+                         std::to_string(element_bytes(dtype)) + " bytes to be multiples of " + std::to_string(c.vec) +
+                         "; these inputs allow VEC <= " + std::to_string(allowed) +
+                         (allowed ? "" : " (none: make d even and the tensors contiguous)"));
+    if (cand_key % 4 || cand_idx % 4) throw InputError("candidate buffers must be 4-byte aligned");
+    tunelab::sim::SearchParams p{};
+    p.queries = reinterpret_cast<const void*>(queries);
+    p.corpus = reinterpret_cast<const void*>(corpus);
+    p.cand_key = reinterpret_cast<float*>(cand_key);
+    p.cand_idx = reinterpret_cast<int*>(cand_idx);
+    p.q_stride = q_stride;
+    p.c_stride = c_stride;
+    p.index_base = index_base;
+    p.nq = static_cast<int>(nq);
+    p.n = static_cast<int>(n);
+    p.d = static_cast<int>(d);
+    p.k = static_cast<int>(k);
+    p.num_tiles = num_tiles;
+    p.tiles_per_split = tiles_per_split;
+    p.list_offset = list_offset;
+    return as_bytes(p);
+}
+
+// ------------------------------------------------------------------------------------------------ merge
+
+// 8 warps share the candidate lists of a query; above k = 256 their list buffers (16 k bytes each) would
+// pass 32 KiB, so 4 warps.
+int merge_warps(int k) { return k <= 256 ? 8 : 4; }
+
+long long merge_smem_bytes(int warps, int k) {
+    // mirrors tunelab::sim::merge_smem_bytes (kMergeR = 4)
+    return static_cast<long long>(warps) * (2LL * k * 8 + 16 + 32 * 4 * 8) + 16;
+}
+
+std::string merge_name_expression(int dtype, int metric, int warps) {
+    if (dtype < 0 || dtype > 2) throw ConfigError("merge: dtype code " + std::to_string(dtype) + " is not 0..2");
+    if (metric < 0 || metric > 2) throw ConfigError("merge: metric code " + std::to_string(metric) + " is not 0..2");
+    if (warps != 4 && warps != 8) throw ConfigError("merge: warps=" + std::to_string(warps) + " is not 4 or 8");
+    return "tunelab::sim::similarity_merge<" + std::to_string(dtype) + ", " + std::to_string(metric) + ", " +
+           std::to_string(warps) + ">";
+}
+
+std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx, unsigned long long queries,
+                       long long q_stride, unsigned long long out_key, unsigned long long out_idx,
+                       unsigned long long out_score, unsigned long long out_index, long long nq, long long d,
+                       long long k, long long num_lists, long long list_len, long long list_stride,
+                       long long query_stride, bool implicit_index) {
+    if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
+    if (k < 1 || k > INT_MAX / 8) throw InputError("k=" + std::to_string(k) + " must be >= 1");
+    if (list_len <= 0) {  // the search's candidate lists
+        list_len = k;
+        list_stride = nq * k;
+        query_stride = k;
+    }
+    if (num_lists < 1 || num_lists * list_len > INT_MAX)
+        throw InputError("num_lists=" + std::to_string(num_lists) + " x list_len=" + std::to_string(list_len) +
+                         " must be in 1..2^31-1");
+    if ((out_key == 0) != (out_idx == 0) || (out_score == 0) != (out_index == 0))
+        throw InputError("merge outputs come in pairs: (key, idx) and (score, index)");
+    if (!cand_key || (!cand_idx && !implicit_index)) throw InputError("null candidate pointer");
+    tunelab::sim::MergeParams p{};
+    p.cand_key = reinterpret_cast<const float*>(cand_key);
+    p.cand_idx = reinterpret_cast<const int*>(cand_idx);
+    p.queries = reinterpret_cast<const void*>(queries);
+    p.out_key = reinterpret_cast<float*>(out_key);
+    p.out_idx = reinterpret_cast<int*>(out_idx);
+    p.out_score = reinterpret_cast<float*>(out_score);
+    p.out_index = reinterpret_cast<long long*>(out_index);
+    p.q_stride = q_stride;
+    p.nq = static_cast<int>(nq);
+    p.d = static_cast<int>(d);
+    p.k = static_cast<int>(k);
+    p.num_lists = static_cast<int>(num_lists);
+    p.list_len = static_cast<int>(list_len);
+    p.list_stride = list_stride;
+    p.query_stride = query_stride;
+    p.implicit_index = implicit_index ? 1 : 0;
+    return as_bytes(p);
+}
+
+// ------------------------------------------------------------------------------------------------ Gram
+
+const std::vector<std::string>& gram_param_names() {
+    static const std::vector<std::string> names = {"TILE_M", "TILE_N", "TILE_K", "WARPS_M", "WARPS_N", "STAGES", "VEC"};
+    return names;
+}
+
+const std::map<std::string, std::vector<long long>>& gram_param_choices() {
+    static const std::map<std::string, std::vector<long long>> choices = {
+        {"TILE_M", {32, 64, 128}},      // rows i per block
+        {"TILE_N", {32, 64, 128}},      // rows j per block
+        {"TILE_K", {16, 32, 64, 128}},  // real scalars per pipeline slice (x element bytes: 64..256 B)
+        {"WARPS_M", {1, 2, 4}},
+        {"WARPS_N", {1, 2, 4}},
+        {"STAGES", {2, 3, 4}},
+        {"VEC", {4, 8, 16}},
+    };
+    return choices;
+}
+
+GramConfig gram_validate(const Config& config, int dtype, bool symmetric) {
+    const char* fam = "gram";
+    auto v = checked(fam, config, gram_param_names(), gram_param_choices());
+    GramConfig c{v["TILE_M"], v["TILE_N"], v["TILE_K"], v["WARPS_M"], v["WARPS_N"], v["STAGES"], v["VEC"]};
+    const int row_bytes = c.tile_k * element_bytes(dtype);
+    if (row_bytes != 64 && row_bytes != 128 && row_bytes != 256)
+        bad(fam, "TILE_K=" + std::to_string(c.tile_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
+                     dtype_name(dtype) + ") = " + std::to_string(row_bytes) + " bytes; it must be 64, 128 or 256");
+    if (c.tile_m % (16 * c.warps_m) != 0)
+        bad(fam, "TILE_M=" + std::to_string(c.tile_m) + " is not a multiple of 16 * WARPS_M=" +
+                     std::to_string(16 * c.warps_m));
+    if (c.tile_n % (8 * c.warps_n) != 0)
+        bad(fam, "TILE_N=" + std::to_string(c.tile_n) + " is not a multiple of 8 * WARPS_N=" +
+                     std::to_string(8 * c.warps_n));
+    if (symmetric && c.tile_m != c.tile_n)
+        bad(fam, "symmetric mode needs TILE_M == TILE_N (got " + std::to_string(c.tile_m) + " and " +
+                     std::to_string(c.tile_n) + ")");
+    return c;
+}
+
+long long gram_smem_bytes(const Config& config, int dtype) {
+    const GramConfig c = gram_validate(config, dtype, false);
+    return static_cast<long long>(c.stages) * (c.tile_m + c.tile_n) * c.tile_k * element_bytes(dtype);
+}
+
+int gram_threads(const Config& config) {
+    auto v = checked("gram", config, gram_param_names(), gram_param_choices());
+    return 32 * v["WARPS_M"] * v["WARPS_N"];
+}
+
+std::string gram_name_expression(const Config& config, int dtype, bool symmetric, bool mirror, int epilogue) {
+    const GramConfig c = gram_validate(config, dtype, symmetric);
+    if (mirror && !symmetric) throw ConfigError("gram: mirror applies to symmetric mode only");
+    if (epilogue != 0 && (epilogue != 1 || dtype == 3 || symmetric))
+        throw ConfigError("gram: epilogue " + std::to_string(epilogue) +
+                          " is not 0 (|.|^2) or 1 (plain product, real dtypes, non-symmetric)");
+    std::ostringstream s;
+    s << "tunelab::sim::similarity_gram<tunelab::sim::GramTraits<" << dtype << ", " << c.tile_m << ", " << c.tile_n
+      << ", " << c.tile_k << ", " << c.warps_m << ", " << c.warps_n << ", " << c.stages << ", " << c.vec << ", "
+      << (symmetric ? 1 : 0) << ", " << (mirror ? 1 : 0) << ", " << epilogue << ">>";
+    return s.str();
+}
+
+std::array<unsigned, 3> gram_grid(const Config& config, long long m, long long n, bool symmetric) {
+    auto v = checked("gram", config, gram_param_names(), gram_param_choices());
+    if (n < 1 || n > INT_MAX || m < 1 || m > INT_MAX)
+        throw InputError("m=" + std::to_string(m) + ", n=" + std::to_string(n) + " rows must be in 1..2^31-1");
+    if (symmetric && m != n) throw InputError("symmetric mode needs m == n");
+    const long long tm = v["TILE_M"], tn = v["TILE_N"];
+    if (symmetric) {
+        const long long t = (n + tm - 1) / tm;
+        const long long pairs = t * (t + 1) / 2;
+        if (pairs > INT_MAX) throw InputError("n=" + std::to_string(n) + " gives too many tiles for one launch");
+        return {static_cast<unsigned>(pairs), 1u, 1u};
+    }
+    const long long gx = (n + tn - 1) / tn, gy = (m + tm - 1) / tm;
+    if (gy > 65535) throw InputError("m=" + std::to_string(m) + " needs " + std::to_string(gy) +
+                                     " row tiles; the grid's y dimension allows 65535: use symmetric mode or a larger TILE_M");
+    return {static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1u};
+}
+
+std::string gram_pack(const Config& config, int dtype, bool symmetric, unsigned long long x, unsigned long long y,
+                      unsigned long long out, long long x_stride, long long y_stride, long long out_stride, long long m,
+                      long long n, long long d) {
+    const GramConfig c = gram_validate(config, dtype, symmetric);
+    if (n < 1 || n > INT_MAX || m < 1 || m > INT_MAX)
+        throw InputError("m=" + std::to_string(m) + ", n=" + std::to_string(n) + " rows must be in 1..2^31-1");
+    if (symmetric && (m != n || x != y || x_stride != y_stride))
+        throw InputError("symmetric mode is for one set of states (x == y, m == n)");
+    if (d < 1 || d > INT_MAX / 4) throw InputError("state dimension (scalars) " + std::to_string(d) + " out of range");
+    if (x_stride < d || y_stride < d)
+        throw InputError("row strides " + std::to_string(x_stride) + ", " + std::to_string(y_stride) + " < d=" +
+                         std::to_string(d));
+    if (out_stride < n) throw InputError("output row stride " + std::to_string(out_stride) + " < n=" + std::to_string(n));
+    if (!x || !y || !out) throw InputError("null device pointer");
+    if (out % 4) throw InputError("the output must be 4-byte aligned");
+    const int allowed = max_vec(dtype == 3 ? 2 : dtype, {x, y}, {x_stride, y_stride}, d);
+    if (allowed < c.vec)
+        throw InputError("VEC=" + std::to_string(c.vec) + " bytes needs the states' pointer, row stride and row size to "
+                         "be multiples of " + std::to_string(c.vec) + " bytes; these allow VEC <= " +
+                         std::to_string(allowed));
+    tunelab::sim::GramParams p{};
+    p.x = reinterpret_cast<const void*>(x);
+    p.y = reinterpret_cast<const void*>(y);
+    p.out = reinterpret_cast<float*>(out);
+    p.x_stride = x_stride;
+    p.y_stride = y_stride;
+    p.out_stride = out_stride;
+    p.m = static_cast<int>(m);
+    p.n = static_cast<int>(n);
+    p.d = static_cast<int>(d);
+    p.tiles = static_cast<int>(symmetric ? (n + c.tile_m - 1) / c.tile_m : (n + c.tile_n - 1) / c.tile_n);
+    return as_bytes(p);
+}
+
+}  // namespace tunelab::launchers::similarity

@@ -1,0 +1,97 @@
+// Launcher of the similarity family (csrc/kernels/similarity/): config validation, the shared-memory formulas,
+// template instances, launch geometry (split planning) and parameter packing for the top-k search, the
+// candidate merge and the Gram kernel. This file is the single source of those rules; Python reaches them
+// through tunelab._core.similarity.
+#pragma once
+
+#include <array>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tunelab::launchers::similarity {
+
+using Config = std::map<std::string, long long>;
+
+// A tensor or size the kernels cannot take (alignment, sizes beyond int32 ...). The bindings turn it into
+// tunelab.errors.InputError; a bad config value raises tunelab::ConfigError.
+struct InputError : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
+
+// Element type codes (as in kernels/similarity/params.cuh): 0 fp16, 1 bf16, 2 fp32, 3 complex64.
+int element_bytes(int dtype);
+
+// ------------------------------------------------------------------------------------------------ top-k search
+const std::vector<std::string>& topk_param_names();
+const std::map<std::string, std::vector<long long>>& topk_param_choices();
+
+struct TopkConfig {
+    int block_n, block_q, block_k, warps_n, warps_q, stages, vec, merge, epi_rows_param, min_blocks;
+    int threads() const { return 32 * warps_n * warps_q; }
+    int epi_rows() const { return block_n < epi_rows_param ? block_n : epi_rows_param; }
+};
+
+// Names, values and cross-parameter rules (the kernel's static_asserts); dtype 0..2, metric 0..2.
+TopkConfig topk_validate(const Config& config, int dtype, int metric);
+// Shared memory without the per-query lists (= TopkTraits::kStaticSmemBytes), and with them for k.
+long long topk_static_smem_bytes(const Config& config, int dtype, int metric);
+long long topk_smem_bytes(const Config& config, int dtype, int metric, int k);
+int topk_threads(const Config& config);
+std::string topk_name_expression(const Config& config, int dtype, int metric);
+
+struct TopkPlan {
+    int q_tiles, num_tiles, tiles_per_split, splits;
+};
+// Grid (q_tiles, splits) for nq queries and a corpus (chunk) of n rows: enough blocks for target_blocks
+// resident blocks (SMs x blocks/SM), each scanning a contiguous run of corpus tiles; max_splits caps the
+// candidate lists (0 = no cap).
+TopkPlan topk_plan(const Config& config, long long nq, long long n, long long target_blocks, long long max_splits);
+
+// SearchParams bytes. Checks sizes against int32, alignment of pointers/strides/d for the config's VEC.
+std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
+                      unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
+                      long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
+                      int tiles_per_split, int list_offset);
+
+// Largest copy width in bytes (16, 8 or 4) that the pointers, row strides (elements) and d allow; 0 if none.
+int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides,
+            long long d);
+
+// ------------------------------------------------------------------------------------------------ merge
+int merge_warps(int k);
+long long merge_smem_bytes(int warps, int k);
+std::string merge_name_expression(int dtype, int metric, int warps);
+// MergeParams bytes. list_len <= 0 means the search's candidate lists ([list][nq][k]: list_len = k,
+// list_stride = nq * k, query_stride = k); otherwise lists of list_len entries at the given strides (a dense
+// score matrix), with implicit indices when implicit_index (cand_idx may then be 0).
+std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx, unsigned long long queries,
+                       long long q_stride, unsigned long long out_key, unsigned long long out_idx,
+                       unsigned long long out_score, unsigned long long out_index, long long nq, long long d,
+                       long long k, long long num_lists, long long list_len = 0, long long list_stride = 0,
+                       long long query_stride = 0, bool implicit_index = false);
+
+// ------------------------------------------------------------------------------------------------ Gram
+const std::vector<std::string>& gram_param_names();
+const std::map<std::string, std::vector<long long>>& gram_param_choices();
+
+struct GramConfig {
+    int tile_m, tile_n, tile_k, warps_m, warps_n, stages, vec;
+    int threads() const { return 32 * warps_m * warps_n; }
+};
+
+// dtype 0 fp16, 1 bf16, 2 fp32, 3 complex64. epilogue 0: |<x_i, y_j>|^2 (Gram), 1: <x_i, y_j> (real, full).
+GramConfig gram_validate(const Config& config, int dtype, bool symmetric);
+long long gram_smem_bytes(const Config& config, int dtype);
+int gram_threads(const Config& config);
+std::string gram_name_expression(const Config& config, int dtype, bool symmetric, bool mirror, int epilogue = 0);
+// Grid for m rows x (i) and n rows y (j); symmetric needs m == n.
+std::array<unsigned, 3> gram_grid(const Config& config, long long m, long long n, bool symmetric);
+// GramParams bytes; d counts real scalars per row (2 * dim for complex64), strides likewise. For a Gram
+// matrix y = x and m = n.
+std::string gram_pack(const Config& config, int dtype, bool symmetric, unsigned long long x, unsigned long long y,
+                      unsigned long long out, long long x_stride, long long y_stride, long long out_stride, long long m,
+                      long long n, long long d);
+
+}  // namespace tunelab::launchers::similarity
