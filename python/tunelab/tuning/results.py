@@ -1,0 +1,258 @@
+"""The results of a tuning run: a versioned JSON schema and the :class:`TuneResult` object around it.
+
+Schema ``tunelab.results`` version 1 (top-level keys):
+
+``schema``, ``version``, ``created`` (UTC ISO time), ``mode`` (``gpu``, ``replay`` or ``fake``), ``backend``,
+``env`` (environment fingerprint), ``device``, ``family``, ``problem``, ``problem_key``, ``source_hash``,
+``study`` (name, storage URL without password, sampler, seed, resumed trial count), ``options`` (budgets and
+gate thresholds), ``space`` (the search space), ``stop_reason``, ``trials`` (every trial: number, state,
+status, value = median µs, config, reason code, detail, samples summary and samples, SM clock, resources,
+compile and measure seconds, source, duplicate_of), ``gates`` (rejection counts by reason), ``best_search``
+(best config of the search), ``confirmation`` (arms with samples and CIs, speedups), ``verdict``,
+``timing`` (wall-clock split: compile, measure, confirm, sampler, overhead) and ``store`` (what was written to
+the tuned-config store).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from tunelab.errors import TunelabError
+from tunelab.stats import CI
+from tunelab.tuning.confirm import Confirmation
+
+SCHEMA = "tunelab.results"
+VERSION = 1
+
+
+def fingerprint() -> dict:
+    """``tunelab.env.fingerprint()`` when available, else a minimal environment description."""
+    try:
+        from tunelab.env import fingerprint as fp
+
+        return dict(fp())
+    except Exception:  # noqa: BLE001 - the lead's module may be missing or fail without a GPU
+        pass
+    out: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
+                           "machine": platform.machine(), "fallback": True}
+    for mod in ("optuna", "numpy", "scipy", "torch"):
+        m = sys.modules.get(mod)
+        if m is None and mod != "torch":
+            try:
+                m = __import__(mod)
+            except ImportError:
+                m = None
+        if m is not None:
+            out[mod] = getattr(m, "__version__", "?")
+    try:
+        from importlib.metadata import version
+
+        out["tunelab"] = version("tunelab")
+    except Exception:  # noqa: BLE001
+        out["tunelab"] = None
+    return out
+
+
+def utcnow() -> str:
+    """Current UTC time, ISO format with seconds."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class TuneResult:
+    """What :func:`tunelab.tune` returns: the best config, the verdict with CIs, every trial, plots.
+
+    ``best_config``: confirmed best config (or the search's best when confirmation did not run);
+    ``speedup`` and ``ci``: speedup over the best baseline and its 95% CI (``(low, high)``);
+    ``verdict``: ``"win"``, ``"no win"`` or ``"not confirmed"``; ``trials_dataframe()``: one row per trial.
+    """
+
+    def __init__(self, data: dict):
+        self.data = data
+        conf = data.get("confirmation")
+        self.confirmation: Confirmation | None = Confirmation.from_dict(conf) if conf else None
+
+    # -- headline numbers -------------------------------------------------------------------------------------
+    @property
+    def best_config(self) -> dict | None:
+        """Best confirmed config (the search's best if there was no confirmation)."""
+        if self.confirmation is not None and self.confirmation.best_config is not None:
+            return dict(self.confirmation.best_config)
+        best = self.data.get("best_search")
+        return dict(best["config"]) if best else None
+
+    @property
+    def best_latency_us(self) -> float | None:
+        """Confirmed median latency of the best config (µs), else the search's."""
+        if self.confirmation is not None and self.confirmation.best is not None:
+            return self.confirmation.arm(self.confirmation.best).summary["median"]
+        best = self.data.get("best_search")
+        return best["value"] if best else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Speedup of the best config over the best baseline (point estimate)."""
+        s = self.confirmation.speedup_vs_baseline if self.confirmation else None
+        return None if s is None else s.estimate
+
+    @property
+    def ci(self) -> CI | None:
+        """95% CI of :attr:`speedup` (a :class:`~tunelab.stats.CI`; unpacks as ``low, high``)."""
+        return self.confirmation.speedup_vs_baseline if self.confirmation else None
+
+    @property
+    def speedup_vs_default(self) -> CI | None:
+        """Speedup of the best config over the family's default config: what tuning bought."""
+        return self.confirmation.speedup_vs_default if self.confirmation else None
+
+    @property
+    def verdict(self) -> str:
+        """``"win"``, ``"no win"`` or ``"not confirmed"``."""
+        v = self.data.get("verdict")
+        return v["label"] if v else "not confirmed"
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict with its numbers, in words."""
+        v = self.data.get("verdict")
+        return v["text"] if v else f"not confirmed (stop reason: {self.data.get('stop_reason')})"
+
+    @property
+    def trials(self) -> list[dict]:
+        """Every trial record."""
+        return list(self.data.get("trials", []))
+
+    @property
+    def gates(self) -> dict:
+        """Rejection counts by reason code."""
+        return dict(self.data.get("gates", {}))
+
+    @property
+    def timing(self) -> dict:
+        """Wall-clock split in seconds."""
+        return dict(self.data.get("timing", {}))
+
+    @property
+    def study_name(self) -> str:
+        """Optuna study name (resume by tuning again with the same arguments and storage)."""
+        return self.data.get("study", {}).get("name", "")
+
+    # -- tables and plots -------------------------------------------------------------------------------------
+    def trials_dataframe(self):
+        """pandas DataFrame with one row per trial: number, status, value_us, reason, source, duplicate_of,
+        evaluated, and one column per parameter."""
+        import pandas as pd
+
+        params = [p["name"] for p in self.data.get("space", {}).get("params", [])]
+        rows = []
+        for t in self.trials:
+            row = {"number": t["number"], "status": t["status"], "value_us": t.get("value"),
+                   "reason": t.get("reason"), "source": t.get("source"), "duplicate_of": t.get("duplicate_of"),
+                   "evaluated": t.get("evaluated")}
+            for p in params:
+                row[p] = (t.get("config") or {}).get(p)
+            s = t.get("samples_summary") or {}
+            row["samples"] = s.get("n")
+            row["sm_clock_mhz"] = t.get("sm_clock_mhz")
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def plot_history(self, ax=None):
+        """Optimization history: every measured trial and the best so far (see :func:`tunelab.report.plot_history`)."""
+        from tunelab.report import plot_history
+
+        return plot_history(self, ax=ax)
+
+    def plot_confirmation(self, ax=None):
+        """Confirmed medians with 95% CIs for every arm (see :func:`tunelab.report.plot_confirmation`)."""
+        from tunelab.report import plot_confirmation
+
+        return plot_confirmation(self, ax=ax)
+
+    def summary(self) -> str:
+        """A few lines: problem, best config, latency, verdict, budget used."""
+        d = self.data
+        lines = [f"{d.get('family')} {d.get('problem_key')} on {d.get('device', {}).get('name', '?')} "
+                 f"({d.get('mode')})"]
+        lines.append(f"best config: {self.best_config}")
+        if self.best_latency_us is not None:
+            lines.append(f"best latency: {self.best_latency_us:.2f} us")
+        lines.append(self.verdict_text)
+        if self.speedup_vs_default is not None:
+            s = self.speedup_vs_default
+            lines.append(f"over the default config: {s.estimate:.3f}x [{s.low:.3f}, {s.high:.3f}]")
+        g = self.gates
+        lines.append(f"trials: {len(self.trials)} ({g.get('passed', 0)} measured, {g.get('rejected', 0)} rejected); "
+                     f"stop: {d.get('stop_reason')}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"TuneResult(verdict={self.verdict!r}, speedup={self.speedup}, best_config={self.best_config})"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return "<pre>" + html.escape(self.summary()) + "</pre>"
+
+    # -- persistence ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """The results document (schema ``tunelab.results`` v1)."""
+        return self.data
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the results JSON (atomically)."""
+        return save_results(path, self.data)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TuneResult":
+        """Read a results JSON written by :meth:`save`."""
+        return cls(load_results(path))
+
+
+def validate(data: dict, where: str = "results") -> dict:
+    """Check the schema name, version and required keys; raise TunelabError naming what is wrong."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else None
+        raise TunelabError(f"{where} is not a tunelab results file (schema={found!r}, expected {SCHEMA!r})")
+    if data.get("version") != VERSION:
+        raise TunelabError(f"{where} has results schema version {data.get('version')!r}; this tunelab reads "
+                           f"version {VERSION}")
+    missing = [k for k in ("family", "problem", "space", "trials", "gates", "timing", "env") if k not in data]
+    if missing:
+        raise TunelabError(f"{where} lacks required key(s) {missing}")
+    return data
+
+
+def save_results(path: str | os.PathLike, data: dict) -> Path:
+    """Validate and write ``data`` as JSON via a temp file and rename."""
+    validate(data)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, default=_json_default))
+    os.replace(tmp, p)
+    return p
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """Read and validate a results JSON."""
+    p = Path(path)
+    if not p.is_file():
+        raise TunelabError(f"results file {str(p)!r} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise TunelabError(f"results file {str(p)!r} is not valid JSON: {exc}") from None
+    return validate(data, where=str(p))
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    return str(o)
