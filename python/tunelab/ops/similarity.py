@@ -1,0 +1,998 @@
+"""``tunelab.ops.similarity_search`` and ``tunelab.ops.gram``: exact top-k vector search with the top-k fused into
+a tensor-core GEMM, and Gram matrices of state vectors.
+
+::
+
+    scores, idx = tunelab.ops.similarity_search(queries, corpus, k=10)                  # inner product
+    scores, idx = tunelab.ops.similarity_search(queries, corpus, k=10, metric="cosine")
+    dist, idx = tunelab.ops.similarity_search(queries, corpus, k=10, metric="l2")       # squared L2, ascending
+    scores, idx = tunelab.ops.similarity_search(queries, cpu_corpus, k=10)              # streamed from host memory
+    K = tunelab.ops.gram(states)                                    # K_ij = |<x_i, x_j>|^2, upper triangle
+    K = tunelab.ops.gram(states, mirror=True)                       # full matrix, half the arithmetic
+
+Search semantics:
+
+* ``queries`` (nq, d) on a GPU, ``corpus`` (N, d) on the same GPU or in host memory (then streamed through
+  pinned buffers and CUDA streams, see :mod:`tunelab.ops.streaming`); same dtype, float16, bfloat16 or float32;
+  rows must be contiguous (any row stride). A 1-D query is one query and gives 1-D results.
+* Returns ``(scores, indices)``, (nq, k) float32 and int64, best first. ``ip``: ``<q, c>`` descending;
+  ``cosine``: ``<q, c> / (max(|q|, 1e-12) max(|c|, 1e-12))`` descending (``F.normalize``'s convention);
+  ``l2``: squared Euclidean distance ``|q - c|^2`` ascending (computed as ``|q|^2 - 2<q, c> + |c|^2``, like FAISS).
+* **Ties** have one rule everywhere: a larger score (smaller distance) first, then the smaller corpus index. The
+  order is total, so the result is deterministic and does not depend on the config, the number of splits or the
+  chunking of a streamed corpus (a streamed search returns bit-identical results to an in-memory one).
+* Arithmetic: fp16/bf16 products are exact and accumulate in fp32 (tensor cores); fp32 inputs use 3xTF32 tensor
+  cores, accurate to fp32 level, so indices agree with an fp32 reference up to ties within fp32 rounding.
+* Rows with a NaN score never enter the results; if fewer than k rows are left, the missing entries have index
+  -1 and score -inf (ip, cosine) or +inf (l2).
+* 1 <= k <= min(N, 1024) (on GPUs with ~100 KiB of shared memory per block, sm_86/89, k up to ~380: the
+  running lists of 8 queries need 128 * k bytes).
+
+The nq x N score matrix is never written: each block keeps a running top-k per query in shared memory and writes
+only k candidates per query; a small second kernel merges the candidates. Config: without ``config`` the op
+uses the tuned config stored for this device and problem bucket (``tunelab tune similarity ...``), else
+:func:`default_config`. Both ops are torch custom ops (``torch.ops.tunelab.similarity_search``,
+``torch.ops.tunelab.gram``, ``torch.ops.tunelab.gram_out``) with fake implementations for ``torch.compile``.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from tunelab import _core
+from tunelab.errors import ConfigError, InputError
+
+_S = _core.similarity
+
+#: Search tunables, in template order.
+PARAM_NAMES: tuple[str, ...] = tuple(_S.topk_param_names())
+PARAM_CHOICES: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in _S.topk_param_choices().items()}
+#: Gram tunables.
+GRAM_PARAM_NAMES: tuple[str, ...] = tuple(_S.gram_param_names())
+GRAM_PARAM_CHOICES: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in _S.gram_param_choices().items()}
+
+DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
+GRAM_DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "complex64": 3}
+SHORT_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "complex64": "complex64"}
+LONG_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "complex64": "complex64",
+               "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "c64": "complex64"}
+METRICS = {"ip": 0, "cosine": 1, "l2": 2}
+MAX_K = 1024
+#: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
+WORKSPACE_CAP_BYTES = 256 << 20
+
+_SEARCH_SOURCE = '#include "similarity/topk.cuh"\n'
+_GRAM_SOURCE = '#include "similarity/gram.cuh"\n'
+
+
+def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1) -> dict[str, int]:
+    return dict(BLOCK_N=bn, BLOCK_Q=bq, BLOCK_K=bk, WARPS_N=wn, WARPS_Q=wq, STAGES=stages, VEC=vec, MERGE=merge,
+                EPI_ROWS=epi, MIN_BLOCKS=min_blocks)
+
+
+def _round8(n: int) -> int:
+    return max(8, (int(n) + 7) // 8 * 8)
+
+
+def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None = None,
+                   arch: str | None = None) -> dict:
+    """The documented search config used when nothing is tuned, for ``nq`` queries and ``k``.
+
+    Chosen from shared-memory traffic per MMA (ldmatrix bytes feeding each mma.sync must stay below the ~128 B/clk
+    an SM's shared memory delivers) and bytes in flight (memory-bound cases):
+
+    * nq <= 8 (memory-bound, one n8 query tile): 256-row corpus tiles over 8 warps, 256-byte row slices,
+      3 stages (~130 KB of corpus in flight per SM).
+    * 8 < nq <= 112 (memory-bound at large N, arithmetic close behind): all queries of a block in one tile
+      (BLOCK_Q = nq rounded up to 16), 256-row tiles, 4 x 2 warps of 64 rows x BLOCK_Q/2 queries, 128-byte
+      slices, 3 stages.
+    * nq > 112 (compute-bound): 128 x 128 tiles, 2 x 4 warps of 64 x 32, 128-byte slices, 3 stages.
+    * GPUs with less than 200 KiB of shared memory per block (sm_8x) get 128-row tiles in the first two cases.
+
+    fp32 slices hold half as many elements. STAGES, then BLOCK_Q, shrink until the running top-k lists
+    (2 * BLOCK_Q * k * 8 bytes) fit in the shared memory of ``arch`` (default: the current GPU's); every default
+    compiles without spills for sm_80 and sm_90 (tests check it).
+    """
+    from tunelab.kernel import current_arch
+    dt = LONG_DTYPES.get(dtype, dtype)
+    code = DTYPE_CODES.get(dt)
+    if code is None:
+        raise InputError(f"dtype {dtype!r} is not supported by similarity search; accepted: {list(DTYPE_CODES)}")
+    eb = 4 if code == 2 else 2
+    limit = smem_limit(arch or current_arch())
+    # below ~200 KiB (sm_80: 163, sm_86/89: 99) the 256-row tile keeps only 2 stages and ptxas spills its 112
+    # accumulators; 128-row tiles (56 accumulators) keep 3 stages there
+    big = limit >= 200 * 1024
+    if nq <= 8:
+        cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
+    elif nq <= 112:
+        cfg = _cfg(256 if big else 128, max(16, (int(nq) + 15) // 16 * 16), 128 // eb, 4, 2, 3)
+    else:
+        cfg = _cfg(128, 128, 128 // eb, 2, 4, 3)
+    if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
+        cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
+    return fit_config(cfg, k, dt, limit)
+
+
+def smem_limit(arch: str) -> int:
+    """Opt-in shared memory per block of ``arch`` (sm_80: 163 KiB, sm_86/89: 99 KiB, sm_90: 227 KiB)."""
+    return int(_core.arch_limits(arch)["smem_per_block_optin"])
+
+
+def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit: int = 227 * 1024,
+               metric: str = "l2") -> dict:
+    """``config`` with STAGES, EPI_ROWS, BLOCK_Q, BLOCK_K and BLOCK_N lowered (in that order) until its shared
+    memory for ``k`` and ``metric`` fits
+    ``limit`` bytes (the default metric is the most demanding one: cosine and l2 keep the tile's row norms)."""
+    code = DTYPE_CODES[LONG_DTYPES.get(dtype, dtype)]
+    mcode = METRICS[metric]
+    cfg = canonical_config(config)
+    while _S.topk_smem_bytes(cfg, code, mcode, k) > limit:
+        if cfg["STAGES"] > 2:
+            cfg["STAGES"] -= 1
+            continue
+        if cfg["EPI_ROWS"] > 64 and cfg["BLOCK_N"] > 64:  # a shorter score tile
+            cfg["EPI_ROWS"] = 64
+            continue
+        bq = cfg["BLOCK_Q"]
+        if bq > 8:
+            new_bq = 8  # the next lower power of two: the values every search space offers
+            while new_bq * 2 < bq:
+                new_bq *= 2
+            wq = cfg["WARPS_Q"]
+            while new_bq % (8 * wq):
+                wq //= 2
+            if cfg["WARPS_N"] * wq < 2:
+                cfg["WARPS_N"] = 2 if cfg["BLOCK_N"] % 32 == 0 else cfg["WARPS_N"]
+            cfg.update(BLOCK_Q=new_bq, WARPS_Q=max(1, wq))
+            continue
+        eb = 4 if code == 2 else 2
+        if cfg["BLOCK_K"] * eb > 64:  # thinner pipeline slices
+            cfg["BLOCK_K"] //= 2
+            continue
+        if cfg["BLOCK_N"] > 64:  # shorter corpus tiles (the score tile and scratch shrink with them)
+            cfg["BLOCK_N"] //= 2
+            while cfg["BLOCK_N"] % (16 * cfg["WARPS_N"]):
+                cfg["WARPS_N"] //= 2
+            if cfg["WARPS_N"] * cfg["WARPS_Q"] < 2:
+                cfg["WARPS_N"] = 2
+            continue
+        raise InputError(f"k={k} needs {_S.topk_smem_bytes(cfg, code, mcode, k)} bytes of shared memory even with 8 "
+                         f"queries per block, 2 stages and 64-row tiles; the limit is {limit} bytes: use a smaller k")
+    return cfg
+
+
+def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
+    """``config`` as plain ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or bad values."""
+    return _canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
+
+
+def canonical_gram_config(config: Mapping[str, Any]) -> dict[str, int]:
+    """Gram config as plain ints in :data:`GRAM_PARAM_NAMES` order."""
+    return _canonical(config, GRAM_PARAM_NAMES, GRAM_PARAM_CHOICES, "gram")
+
+
+def _canonical(config, names, choices, family) -> dict[str, int]:
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{family} config must be a dict of {list(names)}; got {type(config).__name__}")
+    unknown = sorted(set(config) - set(names))
+    if unknown:
+        raise ConfigError(f"{family} config has unknown parameter(s) {unknown}; the parameters are {list(names)}")
+    missing = [n for n in names if n not in config]
+    if missing:
+        raise ConfigError(f"{family} config is missing {missing}; the parameters are {list(names)}")
+    out = {}
+    for n in names:
+        v = config[n]
+        if isinstance(v, bool) or int(v) != v or int(v) not in choices[n]:
+            raise ConfigError(f"{family} config {n}={v!r} is not accepted; accepted values are {list(choices[n])}")
+        out[n] = int(v)
+    return out
+
+
+def config_string(config: Mapping[str, Any], names=PARAM_NAMES) -> str:
+    """Compact identity of a config: ``"BLOCK_N=128,BLOCK_Q=104,..."``."""
+    return ",".join(f"{n}={int(config[n])}" for n in names)
+
+
+def parse_config_string(text: str) -> dict[str, int]:
+    """Inverse of :func:`config_string` (either family's names)."""
+    out = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        out[name.strip()] = int(value)
+    return out
+
+
+def default_gram_config(dtype: str = "complex64", symmetric: bool = True) -> dict:
+    """Gram default: 64 x 64 tiles (square: symmetric mode needs it), 4 warps of 32 x 32, 3 stages.
+
+    fp16/bf16 take 64-element slices (128 bytes), fp32 32, complex64 16 complex = 32 floats; complex keeps two
+    accumulator sets (real and imaginary parts), so its warps own 32 x 32 as well.
+    """
+    dt = LONG_DTYPES.get(dtype, dtype)
+    if dt not in GRAM_DTYPE_CODES:
+        raise InputError(f"dtype {dtype!r} is not supported by gram; accepted: {list(GRAM_DTYPE_CODES)}")
+    tk = 64 if dt in ("float16", "bfloat16") else 32
+    return dict(TILE_M=64, TILE_N=64, TILE_K=tk, WARPS_M=2, WARPS_N=2, STAGES=3, VEC=16)
+
+
+# ------------------------------------------------------------------------------------------- compile & launch
+def source_hash() -> str:
+    """SHA-256 (16 hex digits) of the family's kernel sources (similarity/ and the common/ helpers it uses)."""
+    from tunelab.paths import kernels_dir
+
+    root = kernels_dir()
+    h = hashlib.sha256()
+    for sub in ("similarity", "common"):
+        for path in sorted((root / sub).glob("*.cuh")):
+            h.update(f"{sub}/{path.name}".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _device_index(t) -> int:
+    import torch
+
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
+_DEVICE_SMS: dict[int, int] = {}
+
+
+def _sm_count(device: int) -> int:
+    if device not in _DEVICE_SMS:
+        _DEVICE_SMS[device] = int(_core.device_info(device)["sm_count"])
+    return _DEVICE_SMS[device]
+
+
+@dataclass
+class CompiledSearch:
+    """One search config compiled for one arch: the top-k kernel and both merge-kernel variants."""
+
+    config: dict
+    dtype: str
+    metric: str
+    arch: str
+    search_expr: str
+    merge_exprs: dict  # merge warps -> name expression
+    result: Any
+    threads: int
+    static_smem: int
+    _functions: dict = field(default_factory=dict, repr=False)
+    _smem_set: dict = field(default_factory=dict, repr=False)
+    _occupancy: dict = field(default_factory=dict, repr=False)
+    _lock: Any = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def dtype_code(self) -> int:
+        return DTYPE_CODES[self.dtype]
+
+    @property
+    def metric_code(self) -> int:
+        return METRICS[self.metric]
+
+    @property
+    def resources(self):
+        """ptxas's report for the search kernel (registers, spills, stack)."""
+        return self.result.resources[self.search_expr]
+
+    def merge_resources(self, warps: int = 8):
+        """ptxas's report for the merge kernel with ``warps`` warps."""
+        return self.result.resources[self.merge_exprs[warps]]
+
+    def smem_bytes(self, k: int) -> int:
+        """Dynamic shared memory of the search kernel for ``k``."""
+        return int(_S.topk_smem_bytes(self.config, self.dtype_code, self.metric_code, int(k)))
+
+    def functions(self, device: int):
+        """(search, merge8, merge4) loaded on ``device`` (once per device)."""
+        fns = self._functions.get(device)
+        if fns is None:
+            with self._lock:
+                fns = self._functions.get(device)
+                if fns is None:
+                    import torch
+
+                    with torch.cuda.device(device):
+                        torch.cuda.init()
+                        module = _core.Module(self.result.cubin)
+                        names = self.result.lowered_names
+                        fns = (module.function(names[self.search_expr]), module.function(names[self.merge_exprs[8]]),
+                               module.function(names[self.merge_exprs[4]]))
+                    self._functions[device] = fns
+        return fns
+
+    def _ensure_smem(self, fn, key, smem: int) -> None:
+        if smem > 48 * 1024 and self._smem_set.get(key, 0) < smem:
+            fn.set_max_dynamic_smem(int(smem))
+            self._smem_set[key] = smem
+
+    def blocks_per_sm(self, device: int, k: int) -> int:
+        """Resident search blocks per SM for ``k`` (the driver's occupancy answer)."""
+        key = (device, k)
+        if key not in self._occupancy:
+            fn = self.functions(device)[0]
+            smem = self.smem_bytes(k)
+            self._ensure_smem(fn, ("search", device), smem)
+            self._occupancy[key] = max(1, int(fn.driver_occupancy(self.threads, smem)))
+        return self._occupancy[key]
+
+    def plan(self, device: int, nq: int, n: int, k: int, splits: int | None = None) -> dict:
+        """Grid of one search launch: query tiles x splits (one resident wave unless ``splits`` is given)."""
+        if splits is not None:  # forced (ablations, tests): exactly `splits` splits, as far as there are tiles
+            q_tiles = -(-nq // self.config["BLOCK_Q"])
+            return dict(_S.topk_plan(self.config, nq, n, int(splits) * q_tiles, int(splits)))
+        cap = max(1, WORKSPACE_CAP_BYTES // max(1, nq * k * 8))
+        target = _sm_count(device) * self.blocks_per_sm(device, k)
+        return dict(_S.topk_plan(self.config, nq, n, target, cap))
+
+    def search_args(self, queries, corpus_ptr: int, c_stride: int, n: int, k: int, cand_key, cand_idx,
+                    index_base: int, list_offset: int, plan: dict):
+        """(grid, block, smem, ArgPack) of the search kernel."""
+        nq, d = queries.shape
+        blob = _S.topk_pack(self.config, self.dtype_code, queries.data_ptr(), int(corpus_ptr), cand_key.data_ptr(),
+                            cand_idx.data_ptr(), queries.stride(0), int(c_stride), int(index_base), nq, int(n), d,
+                            int(k), plan["num_tiles"], plan["tiles_per_split"], int(list_offset))
+        pack = _core.ArgPack()
+        pack.raw(blob, 8)
+        return (plan["q_tiles"], plan["splits"], 1), (self.threads, 1, 1), self.smem_bytes(k), pack
+
+    def merge_args(self, cand_key, cand_idx, queries, k: int, num_lists: int, out_key=None, out_idx=None,
+                   out_score=None, out_index=None):
+        """(grid, block, smem, ArgPack, warps) of the merge kernel."""
+        nq, d = queries.shape
+        warps = int(_S.merge_warps(int(k)))
+        blob = _S.merge_pack(cand_key.data_ptr(), cand_idx.data_ptr(), queries.data_ptr(), queries.stride(0),
+                             0 if out_key is None else out_key.data_ptr(), 0 if out_idx is None else out_idx.data_ptr(),
+                             0 if out_score is None else out_score.data_ptr(),
+                             0 if out_index is None else out_index.data_ptr(), nq, d, int(k), int(num_lists))
+        pack = _core.ArgPack()
+        pack.raw(blob, 8)
+        return (nq, 1, 1), (32 * warps, 1, 1), int(_S.merge_smem_bytes(warps, int(k))), pack, warps
+
+    def launch_search(self, device: int, stream: int, *args, **kwargs) -> None:
+        grid, block, smem, pack = self.search_args(*args, **kwargs)
+        fn = self.functions(device)[0]
+        self._ensure_smem(fn, ("search", device), smem)
+        fn.launch(grid, block, smem, stream, pack)
+
+    def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
+        grid, block, smem, pack, warps = self.merge_args(*args, **kwargs)
+        fn = self.functions(device)[1 if warps == 8 else 2]
+        self._ensure_smem(fn, ("merge", warps, device), smem)
+        fn.launch(grid, block, smem, stream, pack)
+
+    def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict):
+        """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer."""
+        n = corpus.shape[0]
+        grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
+                                                   cand_idx, 0, 0, plan)
+        f_search = self.functions(device)[0]
+        self._ensure_smem(f_search, ("search", device), smem)
+        p1 = f_search.prepare(grid, block, smem, pack)
+        grid, block, smem, pack, warps = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
+                                                         out_score=scores, out_index=indices)
+        f_merge = self.functions(device)[1 if warps == 8 else 2]
+        self._ensure_smem(f_merge, ("merge", warps, device), smem)
+        p2 = f_merge.prepare(grid, block, smem, pack)
+        return p1, p2
+
+
+_COMPILED: dict[tuple, Any] = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric: str = "ip", arch: str | None = None,
+                   use_cache: bool = True) -> CompiledSearch:
+    """Compile the search config (and both merge kernels) with NVRTC for ``arch``, once per process.
+
+    The launcher's shared-memory formula is passed as ``TUNELAB_EXPECTED_SMEM``; the kernel static_asserts that
+    its own layout needs exactly that. Raises ConfigError for an invalid config, CompileError when NVRTC fails.
+    Needs no GPU.
+    """
+    from tunelab.kernel import current_arch
+    from tunelab.paths import kernels_dir
+
+    dt = LONG_DTYPES.get(dtype, dtype)
+    if dt not in DTYPE_CODES:
+        raise InputError(f"dtype {dtype!r} is not supported by similarity search; accepted: {list(DTYPE_CODES)}")
+    if metric not in METRICS:
+        raise InputError(f"metric={metric!r} is not accepted; use one of {list(METRICS)}")
+    cfg = canonical_config(config)
+    arch = arch or current_arch()
+    key = ("search", tuple(cfg.values()), dt, metric, arch)
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        return hit
+    code, mcode = DTYPE_CODES[dt], METRICS[metric]
+    _S.topk_validate(cfg, code, mcode)
+    expr = _S.topk_name_expression(cfg, code, mcode)
+    merges = {w: _S.merge_name_expression(code, mcode, w) for w in (8, 4)}
+    static = int(_S.topk_static_smem_bytes(cfg, code, mcode))
+    from tunelab.errors import CompileError
+
+    try:
+        result = _core.compile(_SEARCH_SOURCE, [expr, merges[8], merges[4]], arch, [],
+                               {"TUNELAB_EXPECTED_SMEM": str(static)}, {}, [str(kernels_dir())], 0, use_cache)
+    except CompileError as exc:
+        exc.config = dict(cfg)
+        raise
+    compiled = CompiledSearch(cfg, dt, metric, arch, expr, merges, result, int(_S.topk_threads(cfg)), static)
+    with _COMPILED_LOCK:
+        return _COMPILED.setdefault(key, compiled)
+
+
+@dataclass
+class CompiledGram:
+    """One Gram config compiled for one arch, dtype and mode (epilogue 0: |<x_i, x_j>|^2; 1: the plain product
+    <x_i, y_j> of two matrices, used by :func:`search_unfused`)."""
+
+    config: dict
+    dtype: str
+    symmetric: bool
+    mirror: bool
+    arch: str
+    expr: str
+    result: Any
+    threads: int
+    smem: int
+    epilogue: int = 0
+    _functions: dict = field(default_factory=dict, repr=False)
+    _lock: Any = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def dtype_code(self) -> int:
+        return GRAM_DTYPE_CODES[self.dtype]
+
+    @property
+    def resources(self):
+        return self.result.resources[self.expr]
+
+    def function(self, device: int):
+        fn = self._functions.get(device)
+        if fn is None:
+            with self._lock:
+                fn = self._functions.get(device)
+                if fn is None:
+                    import torch
+
+                    with torch.cuda.device(device):
+                        torch.cuda.init()
+                        fn = _core.Module(self.result.cubin).function(self.result.lowered_names[self.expr])
+                        if self.smem > 48 * 1024:
+                            fn.set_max_dynamic_smem(self.smem)
+                    self._functions[device] = fn
+        return fn
+
+    def launch_args(self, x, out, y=None):
+        """(grid, block, smem, ArgPack) for states ``x`` (n, dim) and output ``out`` (n, n) float32; with ``y``
+        (m2, dim), the product of x's and y's rows into ``out`` (n, m2)."""
+        xr = _real_view(x)
+        yr = xr if y is None else _real_view(y)
+        m, n = xr.shape[0], yr.shape[0]
+        blob = _S.gram_pack(self.config, self.dtype_code, self.symmetric, xr.data_ptr(), yr.data_ptr(), out.data_ptr(),
+                            xr.stride(0), yr.stride(0), out.stride(0), m, n, xr.shape[1])
+        pack = _core.ArgPack()
+        pack.raw(blob, 8)
+        return tuple(_S.gram_grid(self.config, m, n, self.symmetric)), (self.threads, 1, 1), self.smem, pack
+
+    def launch(self, x, out, stream: int | None = None, y=None) -> None:
+        import torch
+
+        grid, block, smem, pack = self.launch_args(x, out, y)
+        dev = _device_index(x)
+        if stream is None:
+            stream = int(torch.cuda.current_stream(x.device).cuda_stream)
+        self.function(dev).launch(grid, block, smem, stream, pack)
+
+    def prepare(self, x, out, y=None):
+        grid, block, smem, pack = self.launch_args(x, out, y)
+        return self.function(_device_index(x)).prepare(grid, block, smem, pack)
+
+
+def _real_view(x):
+    """complex64 (n, dim) -> float32 (n, 2 dim) view of the interleaved (re, im) pairs; others unchanged."""
+    import torch
+
+    if x.dtype == torch.complex64:
+        return torch.view_as_real(x).flatten(1)  # a view: rows have stride 1 in complex elements
+    return x
+
+
+def compile_gram(config: Mapping[str, Any], *, dtype: str = "complex64", symmetric: bool = True, mirror: bool = False,
+                 arch: str | None = None, use_cache: bool = True, epilogue: int = 0) -> CompiledGram:
+    """Compile a Gram config with NVRTC (once per process). ``mirror`` needs ``symmetric``; ``epilogue=1`` is the
+    plain product of two real matrices (no square; non-symmetric)."""
+    from tunelab.kernel import current_arch
+    from tunelab.paths import kernels_dir
+
+    dt = LONG_DTYPES.get(dtype, dtype)
+    if dt not in GRAM_DTYPE_CODES:
+        raise InputError(f"dtype {dtype!r} is not supported by gram; accepted: {list(GRAM_DTYPE_CODES)}")
+    if mirror and not symmetric:
+        raise InputError("mirror=True applies to symmetric=True only (the full product already writes both halves)")
+    cfg = canonical_gram_config(config)
+    arch = arch or current_arch()
+    key = ("gram", tuple(cfg.values()), dt, bool(symmetric), bool(mirror), arch, int(epilogue))
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        return hit
+    code = GRAM_DTYPE_CODES[dt]
+    _S.gram_validate(cfg, code, bool(symmetric))
+    expr = _S.gram_name_expression(cfg, code, bool(symmetric), bool(mirror), int(epilogue))
+    smem = int(_S.gram_smem_bytes(cfg, code))
+    from tunelab.errors import CompileError
+
+    try:
+        result = _core.compile(_GRAM_SOURCE, [expr], arch, [], {"TUNELAB_EXPECTED_SMEM": str(smem)}, {},
+                               [str(kernels_dir())], 0, use_cache)
+    except CompileError as exc:
+        exc.config = dict(cfg)
+        raise
+    compiled = CompiledGram(cfg, dt, bool(symmetric), bool(mirror), arch, expr, result, int(_S.gram_threads(cfg)), smem,
+                            int(epilogue))
+    with _COMPILED_LOCK:
+        return _COMPILED.setdefault(key, compiled)
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def validate_search_inputs(queries, corpus, k, metric):
+    """Raise InputError for anything the search cannot take; returns (queries 2-D, squeeze flag)."""
+    import torch
+
+    for name, t in (("queries", queries), ("corpus", corpus)):
+        if not isinstance(t, torch.Tensor):
+            raise InputError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if metric not in METRICS:
+        raise InputError(f"metric={metric!r} is not accepted; use one of {list(METRICS)}")
+    squeeze = queries.dim() == 1
+    if squeeze:
+        queries = queries.unsqueeze(0)
+    if queries.dim() != 2:
+        raise InputError(f"queries has shape {tuple(queries.shape)}; pass (nq, d) or a single (d,) query")
+    if corpus.dim() != 2:
+        raise InputError(f"corpus has shape {tuple(corpus.shape)}; pass a 2-D (N, d) tensor")
+    if not queries.is_cuda:
+        raise InputError(f"queries are on {queries.device}; similarity_search runs on a GPU: move them with .cuda() "
+                         "(the corpus may stay in host memory: it is then streamed)")
+    if corpus.is_cuda and corpus.device != queries.device:
+        raise InputError(f"queries are on {queries.device} but the corpus is on {corpus.device}; put both on one GPU "
+                         "or keep the corpus in host memory")
+    if corpus.device.type not in ("cuda", "cpu"):
+        raise InputError(f"corpus is on {corpus.device}; pass a CUDA or a CPU tensor")
+    for name, t in (("queries", queries), ("corpus", corpus)):
+        if _dtype_name(t) not in DTYPE_CODES:
+            raise InputError(f"{name} has dtype {_dtype_name(t)}; accepted dtypes are {list(DTYPE_CODES)}")
+    if queries.dtype != corpus.dtype:
+        raise InputError(f"queries ({_dtype_name(queries)}) and corpus ({_dtype_name(corpus)}) must have the same "
+                         "dtype; convert one with .to()")
+    if queries.shape[1] != corpus.shape[1]:
+        raise InputError(f"dimension mismatch: queries have d={queries.shape[1]}, the corpus d={corpus.shape[1]}")
+    if queries.shape[1] == 0:
+        raise InputError("d=0: vectors must have at least one component")
+    for name, t in (("queries", queries), ("corpus", corpus)):
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise InputError(f"{name} rows are not contiguous (strides {tuple(t.stride())}); the last dimension must "
+                             f"have stride 1: call .contiguous() on {name}")
+        if t.shape[0] > 1 and t.stride(0) < t.shape[1]:
+            raise InputError(f"{name} rows overlap (row stride {t.stride(0)} < d={t.shape[1]}, e.g. an expanded "
+                             f"tensor); call .contiguous() on {name}")
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise InputError(f"k={k!r} must be an int")
+    n = corpus.shape[0]
+    if k < 1:
+        raise InputError(f"k={k} must be >= 1")
+    if k > n:
+        raise InputError(f"k={k} is larger than the corpus (N={n} rows); use k <= {n}")
+    if k > MAX_K:
+        raise InputError(f"k={k} is above the supported maximum {MAX_K}")
+    if n >= 2 ** 31 - 1:
+        raise InputError(f"N={n} rows: indices are 32-bit inside the kernels; split the corpus below 2^31 rows")
+    return queries, squeeze
+
+
+# ------------------------------------------------------------------------------------------- config resolution
+_RESOLVED: dict[tuple, dict] = {}
+
+
+def _device_name(index: int) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(index)
+
+
+def problem_of(nq: int, n: int, d: int, k: int, dtype: str, metric: str) -> dict:
+    """The problem dict of the similarity family (what the tuner and the store key on)."""
+    return {"nq": int(nq), "n": int(n), "d": int(d), "k": int(k), "dtype": SHORT_DTYPES[LONG_DTYPES[dtype]],
+            "metric": metric}
+
+
+def resolve_config(device_index: int, *, nq: int, n: int, d: int, k: int, dtype: str, metric: str) -> tuple[dict, str]:
+    """The config the op uses without an explicit one, and where it came from (``"store"`` or ``"default"``)."""
+    from tunelab.tuning.family import next_pow2
+
+    key = (device_index, next_pow2(nq), next_pow2(n), d, next_pow2(k), dtype, metric)
+    hit = _RESOLVED.get(key)
+    if hit is not None:
+        return dict(hit["config"]), hit["source"]
+    cfg, source = None, "default"
+    try:
+        from tunelab.tuning import store
+        from tunelab.tuning.families.similarity import SimilarityFamily
+
+        found = store.lookup(SimilarityFamily(), _device_name(device_index), problem_of(nq, n, d, k, dtype, metric))
+        if found is not None:
+            cfg, source = fit_config(found, k, dtype, smem_limit(_arch(device_index)), metric), "store"
+    except Exception:  # noqa: BLE001 - a missing or unreadable store means the default
+        cfg = None
+    if cfg is None:
+        cfg = default_config(nq, k, dtype, d, arch=_arch(device_index))
+    _RESOLVED[key] = {"config": cfg, "source": source}
+    return dict(cfg), source
+
+
+def clear_caches() -> None:
+    """Forget resolved configs (compiled kernels stay loaded)."""
+    _RESOLVED.clear()
+
+
+def _fit_vec(cfg: dict, dtype_code: int, pointers, strides, d: int, explicit: bool) -> dict:
+    allowed = int(_S.max_vec(dtype_code, [int(p) for p in pointers], [int(s) for s in strides], int(d)))
+    if allowed == 0:
+        raise InputError("the inputs are not even 4-byte aligned (pointers, row strides or d * element size); "
+                         "call .contiguous() (16-bit inputs with odd d are padded automatically)")
+    if cfg["VEC"] > allowed:
+        if explicit:
+            raise InputError(f"config VEC={cfg['VEC']} needs {cfg['VEC']}-byte aligned rows; these inputs allow "
+                             f"VEC <= {allowed}")
+        cfg = dict(cfg, VEC=allowed)
+    return cfg
+
+
+def _pad_d(t, d_pad: int):
+    import torch
+
+    out = torch.zeros((t.shape[0], d_pad), dtype=t.dtype, device=t.device)
+    out[:, : t.shape[1]] = t
+    return out
+
+
+def _row_strided(t):
+    """A single-row tensor may carry any row stride; give it a well-formed one (>= d) without copying data."""
+    if t.shape[0] == 1 and t.stride(0) < t.shape[1]:
+        return t.as_strided(t.shape, (t.shape[1], 1))
+    return t
+
+
+def needs_padding(dtype_code: int, d: int) -> bool:
+    """16-bit vectors of odd length cannot be copied in 4-byte units: such inputs are zero-padded to even d."""
+    return dtype_code in (0, 1) and d % 2 == 1
+
+
+# ------------------------------------------------------------------------------------------------ the search
+def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool, splits: int | None = None):
+    import torch
+
+    dev = _device_index(queries)
+    dt = _dtype_name(queries)
+    code = DTYPE_CODES[dt]
+    nq, d = queries.shape
+    n = corpus.shape[0]
+    if needs_padding(code, d):
+        queries, corpus = _pad_d(queries, d + 1), _pad_d(corpus, d + 1)
+        d += 1
+    queries, corpus = _row_strided(queries), _row_strided(corpus)
+    cfg = _fit_vec(cfg, code, [queries.data_ptr(), corpus.data_ptr()], [queries.stride(0), corpus.stride(0)], d,
+                   explicit)
+    compiled = compile_search(cfg, dtype=dt, metric=metric, arch=_arch(dev))
+    plan = compiled.plan(dev, nq, n, k, splits)
+    cand_key = torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=queries.device)
+    cand_idx = torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=queries.device)
+    scores = torch.empty((nq, k), dtype=torch.float32, device=queries.device)
+    indices = torch.empty((nq, k), dtype=torch.int64, device=queries.device)
+    stream = int(torch.cuda.current_stream(queries.device).cuda_stream)
+    compiled.launch_search(dev, stream, queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key, cand_idx, 0, 0,
+                           plan)
+    compiled.launch_merge(dev, stream, cand_key, cand_idx, queries, k, plan["splits"], out_score=scores,
+                          out_index=indices)
+    return scores, indices
+
+
+_ARCH: dict[int, str] = {}
+
+
+def _arch(dev: int) -> str:
+    from tunelab.kernel import current_arch
+
+    if dev not in _ARCH:
+        _ARCH[dev] = current_arch(dev)
+    return _ARCH[dev]
+
+
+def _run_search(queries, corpus, k: int, metric: str, config: str, memory_fraction: float, memory_budget: int,
+                chunk_rows: int, streams: int):
+    dev = _device_index(queries)
+    dt = _dtype_name(queries)
+    nq, d = queries.shape
+    n = corpus.shape[0]
+    explicit = bool(config)
+    if explicit:
+        cfg = fit_config(canonical_config(parse_config_string(config)), k, dt, smem_limit(_arch(dev)), metric)
+    else:
+        cfg, _ = resolve_config(dev, nq=nq, n=n, d=d, k=k, dtype=dt, metric=metric)
+    if corpus.is_cuda and memory_budget <= 0 and chunk_rows <= 0:
+        return _search_gpu(queries, corpus, k, metric, cfg, explicit)
+    from tunelab.ops.streaming import search_streamed
+
+    return search_streamed(queries, corpus, k, metric=metric, config=cfg, explicit=explicit,
+                           memory_fraction=memory_fraction, memory_budget=memory_budget or None,
+                           chunk_rows=chunk_rows or None, streams=streams)
+
+
+def similarity_search(queries, corpus, k: int, *, metric: str = "ip", config: Mapping[str, Any] | None = None,
+                      memory_fraction: float = 0.85, memory_budget: int | None = None, chunk_rows: int | None = None,
+                      streams: int = 2):
+    """Exact top-k search of ``queries`` against ``corpus``; returns ``(scores, indices)`` sorted best first.
+
+    Args:
+        queries: (nq, d) or (d,) on a GPU; float16, bfloat16 or float32; rows contiguous.
+        corpus: (N, d) with the same dtype, on the same GPU or in host memory (streamed; pin it with
+            ``corpus.pin_memory()`` for full host-to-device bandwidth).
+        k: results per query, 1 <= k <= min(N, 1024).
+        metric: ``"ip"`` (inner product), ``"cosine"`` or ``"l2"`` (squared distance, ascending).
+        config: kernel config (dict of :data:`PARAM_NAMES`); default: stored tuned config, else
+            :func:`default_config`.
+        memory_fraction: streamed corpora: the share of free GPU memory the chunks may use (default 0.85).
+        memory_budget: streamed corpora: bytes the search may use on the GPU instead of ``memory_fraction`` of
+            free memory (a GPU corpus given a budget is streamed too, which is how tests force out-of-core runs).
+        chunk_rows: streamed corpora: corpus rows per chunk instead of the automatic size.
+        streams: streamed corpora: copy streams (= device buffers in flight), >= 1.
+
+    Returns:
+        ``(scores, indices)``: float32 and int64, (nq, k) (or (k,) for a 1-D query).
+
+    Raises:
+        InputError: wrong devices, dtypes, shapes or strides, dimension mismatch, k out of range, budgets that
+            cannot hold one chunk. ConfigError: a bad ``config``.
+    """
+    import torch
+
+    q2, squeeze = validate_search_inputs(queries, corpus, k, metric)
+    if not 0 < float(memory_fraction) <= 1:
+        raise InputError(f"memory_fraction={memory_fraction} must be in (0, 1]")
+    if int(streams) < 1:
+        raise InputError(f"streams={streams} must be >= 1")
+    if memory_budget is not None and int(memory_budget) <= 0:
+        raise InputError(f"memory_budget={memory_budget} must be a positive number of bytes")
+    if chunk_rows is not None and int(chunk_rows) <= 0:
+        raise InputError(f"chunk_rows={chunk_rows} must be >= 1")
+    cfg = "" if config is None else config_string(canonical_config(config))
+    if q2.shape[0] == 0:
+        s = torch.empty((0, k), dtype=torch.float32, device=q2.device)
+        i = torch.empty((0, k), dtype=torch.int64, device=q2.device)
+    else:
+        s, i = torch.ops.tunelab.similarity_search(q2, corpus, int(k), metric, cfg, float(memory_fraction),
+                                                   int(memory_budget or 0), int(chunk_rows or 0), int(streams))
+    if squeeze:
+        s, i = s[0], i[0]
+    return s, i
+
+
+# ------------------------------------------------------------------------------------------------ Gram
+def validate_gram_inputs(states):
+    import torch
+
+    if not isinstance(states, torch.Tensor):
+        raise InputError(f"states must be a torch.Tensor; got {type(states).__name__}")
+    if states.dim() != 2:
+        raise InputError(f"states has shape {tuple(states.shape)}; pass (n, dim)")
+    if not states.is_cuda:
+        raise InputError(f"states are on {states.device}; gram runs on a GPU: move them with .cuda()")
+    if _dtype_name(states) not in GRAM_DTYPE_CODES:
+        raise InputError(f"states have dtype {_dtype_name(states)}; accepted dtypes are {list(GRAM_DTYPE_CODES)}")
+    if states.shape[1] == 0:
+        raise InputError("states have dimension 0")
+    if states.shape[1] > 1 and states.stride(1) != 1:
+        raise InputError(f"states rows are not contiguous (strides {tuple(states.stride())}); call .contiguous()")
+
+
+def _gram_into(states, out, symmetric: bool, mirror: bool, config: str) -> None:
+    dt = _dtype_name(states)
+    code = GRAM_DTYPE_CODES[dt]
+    x = states
+    dim = x.shape[1]
+    if needs_padding(code, dim):
+        x = _pad_d(x, dim + 1)
+    cfg = canonical_gram_config(parse_config_string(config)) if config else _resolve_gram(x, dt, symmetric)
+    xr = _real_view(x)
+    allowed = int(_S.max_vec(2 if code == 3 else code, [xr.data_ptr()], [xr.stride(0)], xr.shape[1]))
+    if allowed == 0:
+        raise InputError("states are not 4-byte aligned; call .contiguous()")
+    if cfg["VEC"] > allowed:
+        if config:
+            raise InputError(f"config VEC={cfg['VEC']} needs {cfg['VEC']}-byte aligned rows; these allow <= {allowed}")
+        cfg = dict(cfg, VEC=allowed)
+    compiled = compile_gram(cfg, dtype=dt, symmetric=symmetric, mirror=mirror, arch=_arch(_device_index(states)))
+    compiled.launch(x, out)
+
+
+_GRAM_RESOLVED: dict[tuple, dict] = {}
+
+
+def _resolve_gram(x, dt: str, symmetric: bool) -> dict:
+    from tunelab.tuning.family import next_pow2
+
+    dev = _device_index(x)
+    key = (dev, next_pow2(x.shape[0]), x.shape[1], dt, symmetric)
+    if key in _GRAM_RESOLVED:
+        return dict(_GRAM_RESOLVED[key])
+    cfg = None
+    try:
+        from tunelab.tuning import store
+        from tunelab.tuning.families.gram import GramFamily
+
+        found = store.lookup(GramFamily(), _device_name(dev), {"n": int(x.shape[0]), "dim": int(x.shape[1]),
+                                                               "dtype": SHORT_DTYPES[dt], "symmetric": bool(symmetric)})
+        if found is not None:
+            cfg = canonical_gram_config(found)
+            _S.gram_validate(cfg, GRAM_DTYPE_CODES[dt], bool(symmetric))
+    except Exception:  # noqa: BLE001
+        cfg = None
+    if cfg is None:
+        cfg = default_gram_config(dt, symmetric)
+    _GRAM_RESOLVED[key] = cfg
+    return dict(cfg)
+
+
+def gram(states, symmetric: bool = True, *, mirror: bool = False, config: Mapping[str, Any] | None = None, out=None):
+    """Gram matrix ``K_ij = |<x_i, x_j>|^2`` (fp32) of the rows of ``states`` (n, dim).
+
+    Args:
+        states: (n, dim) float16, bfloat16, float32 or complex64 on a GPU, rows contiguous. For complex states
+            ``<x_i, x_j> = sum_k conj(x_ik) x_jk``.
+        symmetric: compute only the tiles on and above the diagonal and write only ``K_ij`` with ``j >= i``
+            (half the arithmetic). Entries below the diagonal are left untouched: zeros in a new output, whatever
+            was there in ``out``.
+        mirror: with ``symmetric``, also write the lower triangle (the full matrix at half the arithmetic).
+        config: kernel config (dict of :data:`GRAM_PARAM_NAMES`); default: stored tuned config, else
+            :func:`default_gram_config`.
+        out: optional (n, n) float32 CUDA tensor to write into (row stride >= n, last dim contiguous).
+
+    Returns:
+        The (n, n) float32 matrix (``out`` when given).
+    """
+    import torch
+
+    validate_gram_inputs(states)
+    if mirror and not symmetric:
+        raise InputError("mirror=True applies to symmetric=True only (the full product already writes both halves)")
+    cfg = "" if config is None else config_string(canonical_gram_config(config), GRAM_PARAM_NAMES)
+    n = states.shape[0]
+    if out is not None:
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or out.device != states.device or \
+                tuple(out.shape) != (n, n) or (n > 1 and out.stride(1) != 1):
+            raise InputError(f"out must be a ({n}, {n}) float32 tensor on {states.device} with contiguous rows")
+        if n:
+            torch.ops.tunelab.gram_out(states, out, bool(symmetric), bool(mirror), cfg)
+        return out
+    if n == 0:
+        return torch.empty((0, 0), dtype=torch.float32, device=states.device)
+    return torch.ops.tunelab.gram(states, bool(symmetric), bool(mirror), cfg)
+
+
+# ------------------------------------------------------------------------------------------------ ablation
+#: GEMM tile of the unfused ablation: 128 x 128, 2 x 4 warps of 64 x 32, 128-byte slices, 3 stages.
+UNFUSED_GEMM_CONFIG = dict(TILE_M=128, TILE_N=128, TILE_K=64, WARPS_M=2, WARPS_N=4, STAGES=3, VEC=16)
+
+
+def search_unfused(queries, corpus, k: int, *, gemm_config: Mapping[str, Any] | None = None, workspace=None):
+    """Inner-product top-k the unfused way, with our own kernels: the tensor-core GEMM writes the nq x N fp32
+    score matrix, then the merge kernel selects each row's k best (8 warps per query, one contiguous eighth of
+    the row each). The benchmark's ablation of fusing the top-k into the GEMM; same results as
+    :func:`similarity_search` (``metric="ip"``) up to ties. ``workspace``: a dict reused across calls."""
+    import torch
+
+    nq, d = queries.shape
+    n = corpus.shape[0]
+    dt = _dtype_name(queries)
+    cfg = dict(gemm_config or UNFUSED_GEMM_CONFIG)
+    if dt == "float32":
+        cfg["TILE_K"] = 32
+    dev = _device_index(queries)
+    gemm = compile_gram(cfg, dtype=dt, symmetric=False, mirror=False, epilogue=1, arch=_arch(dev))
+    merge = compile_search(default_config(nq, k, dt, d, arch=_arch(dev)), dtype=dt, metric="ip", arch=_arch(dev))
+    lists = int(_S.merge_warps(int(k)))
+    list_len = -(-n // lists)
+    ws = workspace if workspace is not None else {}
+    key = (nq, n, k, dt)
+    if ws.get("key") != key:
+        mat = torch.empty((nq, lists * list_len), dtype=torch.float32, device=queries.device)
+        mat[:, n:] = float("nan")  # padding of the last list: never enters the top-k
+        ws.update(key=key, mat=mat, scores=torch.empty((nq, k), dtype=torch.float32, device=queries.device),
+                  indices=torch.empty((nq, k), dtype=torch.int64, device=queries.device))
+    mat, scores, indices = ws["mat"], ws["scores"], ws["indices"]
+    stream = int(torch.cuda.current_stream(queries.device).cuda_stream)
+    gemm.launch(queries, mat, stream, y=corpus)
+    grid, block, smem, _, warps = merge.merge_args(mat, mat, queries, k, lists)
+    blob = _S.merge_pack(mat.data_ptr(), 0, queries.data_ptr(), queries.stride(0), 0, 0, scores.data_ptr(),
+                         indices.data_ptr(), nq, d, k, lists, list_len, list_len, mat.stride(0), True)
+    pack = _core.ArgPack()
+    pack.raw(blob, 8)
+    fn = merge.functions(dev)[1 if warps == 8 else 2]
+    merge._ensure_smem(fn, ("merge", warps, dev), smem)
+    fn.launch(grid, block, smem, stream, pack)
+    return scores, indices
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def release_memory() -> None:
+    """Free the pinned host and device buffers of streamed searches (also runs at interpreter exit)."""
+    from tunelab.ops import streaming
+
+    streaming.release_memory()
+
+
+atexit.register(lambda: _safe_release())
+
+
+def _safe_release() -> None:
+    try:
+        release_memory()
+    except Exception:  # noqa: BLE001 - interpreter shutdown: nothing useful to report
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ custom ops
+def _register_custom_ops() -> None:
+    try:
+        import torch
+    except ImportError:  # the ops need torch; the rest of this module does not
+        return
+    schema = ("(Tensor queries, Tensor corpus, int k, str metric, str config, float memory_fraction, "
+              "int memory_budget, int chunk_rows, int streams) -> (Tensor, Tensor)")
+
+    # No device_types: the corpus may live on the CPU while the queries are on a GPU; the implementation
+    # dispatches on where the corpus is.
+    @torch.library.custom_op("tunelab::similarity_search", mutates_args=(), schema=schema)
+    def _search_op(queries, corpus, k, metric, config, memory_fraction, memory_budget, chunk_rows, streams):
+        return _run_search(queries, corpus, k, metric, config, memory_fraction, memory_budget, chunk_rows, streams)
+
+    @_search_op.register_fake
+    def _search_fake(queries, corpus, k, metric, config, memory_fraction, memory_budget, chunk_rows, streams):
+        nq = queries.shape[0]
+        return (queries.new_empty((nq, k), dtype=torch.float32), queries.new_empty((nq, k), dtype=torch.int64))
+
+    @torch.library.custom_op("tunelab::gram", mutates_args=(), device_types="cuda",
+                             schema="(Tensor states, bool symmetric, bool mirror, str config) -> Tensor")
+    def _gram_op(states, symmetric, mirror, config):
+        n = states.shape[0]
+        alloc = torch.zeros if symmetric and not mirror else torch.empty
+        out = alloc((n, n), dtype=torch.float32, device=states.device)
+        _gram_into(states, out, symmetric, mirror, config)
+        return out
+
+    @_gram_op.register_fake
+    def _gram_fake(states, symmetric, mirror, config):
+        n = states.shape[0]
+        return states.new_empty((n, n), dtype=torch.float32)
+
+    @torch.library.custom_op("tunelab::gram_out", mutates_args=("out",), device_types="cuda",
+                             schema="(Tensor states, Tensor(a!) out, bool symmetric, bool mirror, str config) -> ()")
+    def _gram_out_op(states, out, symmetric, mirror, config):
+        _gram_into(states, out, symmetric, mirror, config)
+
+
+_register_custom_ops()
+
+__all__ = ["similarity_search", "gram", "release_memory", "default_config", "default_gram_config", "fit_config",
+           "compile_search", "compile_gram", "resolve_config", "canonical_config", "canonical_gram_config",
+           "config_string", "parse_config_string", "source_hash", "clear_caches", "CompiledSearch", "CompiledGram",
+           "PARAM_NAMES", "PARAM_CHOICES", "GRAM_PARAM_NAMES", "GRAM_PARAM_CHOICES", "METRICS", "MAX_K"]

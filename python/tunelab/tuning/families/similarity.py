@@ -1,0 +1,520 @@
+"""The top-k similarity-search family: search space, gates, numerics, baseline (``torch.topk(Q @ C.T)``).
+
+Problem: ``{"nq", "n", "d", "k", "dtype" (fp16 | bf16 | fp32), "metric" (ip | cosine | l2)}``; on the command line
+``tunelab tune similarity --nq 100 --n 50000 --d 768 --k 10 --dtype fp16 [--metric ip]`` (or ``--shape nq,n,d,k``).
+
+Tunables (each one changes the generated code; see ``csrc/kernels/similarity/topk.cuh``):
+
+===========  ===================  ====================================================================================
+name         choices              what it does
+===========  ===================  ====================================================================================
+``BLOCK_N``  64, 128, 256         corpus rows per tile (the MMA's M side); 256 runs the top-k epilogue in two passes
+``BLOCK_Q``  8 .. 128 (x8)        queries per block (N side); the space offers powers of two and nq rounded up to 8
+``BLOCK_K``  16 .. 128            elements of d per pipeline slice (64, 128 or 256 bytes per row)
+``WARPS_N``  1, 2, 4, 8           warps along the corpus rows
+``WARPS_Q``  1, 2, 4              warps along the queries
+``STAGES``   2 .. 5               cp.async ring depth (slices in flight = STAGES - 1)
+``VEC``      4, 8, 16             bytes per cp.async (the static gate keeps those that rows of d allow)
+``MERGE``    0, 1, 2              running top-k merge: 0 rank counting, 1 warp bitonic sort, 2 hybrid (rank for <= 32
+                                  new candidates, bitonic above)
+``EPI_ROWS``  64, 128             corpus rows per top-k epilogue pass: 64 halves the score tile, so that two blocks
+                                  can share an SM (one's epilogue overlapping the other's MMA main loop)
+``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
+                                  blocks; ptxas may then spill, which the compiled gate rejects)
+===========  ===================  ====================================================================================
+
+Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
+2..16 warps, ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
+:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill). Static gates: shared memory for the problem's k
+(``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline) against the arch's opt-in limit, and the
+copy width against d. Compiled gates (generic): registers, spills, occupancy.
+
+Numerics gate: the search runs on random normal inputs (outputs poisoned first) and is compared with a float64
+reference: every returned index must be a true top-k member up to ties within the fp32 rounding of a score
+(tolerance :func:`score_tolerance`), every reference member clearly above the k-th score must be returned, the
+order must follow the tie rule, and the returned scores must match the reference within the tolerance.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from tunelab.errors import ConfigError, GateRejection, InputError
+from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2
+from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
+
+#: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
+MAX_ACCUMULATORS = 112
+#: Largest opt-in shared memory per block of any supported arch (sm_90: 227 KiB).
+MAX_SMEM_ANY_ARCH = 232448
+
+_DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
+           "fp32": "float32", "float32": "float32", "float": "float32"}
+_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+_DESCRIPTIONS = {
+    "BLOCK_N": "corpus rows per tile",
+    "BLOCK_Q": "queries per block",
+    "BLOCK_K": "elements of d per pipeline slice",
+    "WARPS_N": "warps along the corpus rows",
+    "WARPS_Q": "warps along the queries",
+    "STAGES": "cp.async pipeline depth",
+    "VEC": "bytes per cp.async",
+    "MERGE": "running top-k merge: 0 rank, 1 bitonic, 2 hybrid",
+    "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
+    "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
+}
+
+
+def _ops():
+    from tunelab.ops import similarity
+
+    return similarity
+
+
+@dataclass(frozen=True)
+class SearchProblem:
+    """What to tune for: nq queries against n corpus rows of dimension d, top k, dtype, metric."""
+
+    nq: int = 100
+    n: int = 50000
+    d: int = 768
+    k: int = 10
+    dtype: str = "fp16"
+    metric: str = "ip"
+
+    def __post_init__(self):
+        dt = _DTYPES.get(str(self.dtype))
+        if dt is None:
+            raise InputError(f"similarity problem dtype {self.dtype!r} is not accepted; use fp16, bf16 or fp32")
+        object.__setattr__(self, "dtype", _SHORT[dt])
+        for name in ("nq", "n", "d", "k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(f"similarity problem {name}={v!r} must be a positive int")
+        if self.k > self.n:
+            raise InputError(f"similarity problem k={self.k} > n={self.n}")
+        if self.metric not in ("ip", "cosine", "l2"):
+            raise InputError(f"similarity problem metric={self.metric!r} is not one of ip, cosine, l2")
+
+    @property
+    def torch_dtype(self) -> str:
+        return _DTYPES[self.dtype]
+
+    @property
+    def element_bytes(self) -> int:
+        return 4 if self.dtype == "fp32" else 2
+
+    @property
+    def corpus_bytes(self) -> int:
+        return self.n * self.d * self.element_bytes
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.nq * self.n * self.d
+
+
+def as_problem(problem: Any) -> SearchProblem:
+    """A :class:`SearchProblem` from a problem object or dict."""
+    if isinstance(problem, SearchProblem):
+        return problem
+    if isinstance(problem, Mapping):
+        d = dict(problem)
+        unknown = sorted(set(d) - set(SearchProblem.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(f"similarity problem has unknown key(s) {unknown}; accepted keys are "
+                              f"{list(SearchProblem.__dataclass_fields__)}")
+        return SearchProblem(**d)
+    raise ConfigError(f"similarity problem {problem!r} must be a SearchProblem or a dict with nq, n, d, k, dtype, "
+                      "metric")
+
+
+# ------------------------------------------------------------------------------------------------ the space
+def accumulators(c: Mapping[str, Any]) -> int:
+    """fp32 accumulator registers per thread of a config."""
+    return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
+
+
+def block_q_choices(nq: int) -> list[int]:
+    """Powers of two from 8, plus nq rounded up to 8 and to 16 (one query tile with the least padding; 16 lets two
+    warps split it), up to 128."""
+    top8 = min(128, max(8, -(-nq // 8) * 8))
+    top16 = min(128, max(16, -(-nq // 16) * 16))
+    out = {b for b in (8, 16, 32, 64, 128) if b <= top16}
+    out.update((top8, top16))
+    return sorted(out)
+
+
+def build_space(problem: Any) -> SearchSpace:
+    """The search space for one problem (BLOCK_Q's choices and BLOCK_K's range depend on nq and dtype)."""
+    p = as_problem(problem)
+    bk = [16, 32, 64] if p.dtype == "fp32" else [32, 64, 128]
+    params = [
+        Param("BLOCK_N", [64, 128, 256], description=_DESCRIPTIONS["BLOCK_N"]),
+        Param("BLOCK_Q", block_q_choices(p.nq), description=_DESCRIPTIONS["BLOCK_Q"]),
+        Param("BLOCK_K", bk, description=_DESCRIPTIONS["BLOCK_K"]),
+        Param("WARPS_N", [1, 2, 4, 8], description=_DESCRIPTIONS["WARPS_N"]),
+        Param("WARPS_Q", [1, 2, 4], description=_DESCRIPTIONS["WARPS_Q"]),
+        Param("STAGES", [2, 3, 4, 5], description=_DESCRIPTIONS["STAGES"]),
+        Param("VEC", [4, 8, 16], description=_DESCRIPTIONS["VEC"]),
+        Param("MERGE", [0, 1, 2], ordered=False, description=_DESCRIPTIONS["MERGE"]),
+        Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
+        Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
+    ]
+    eb = p.element_bytes
+    k, metric = p.k, p.metric
+    derived = [
+        Derived("THREADS", lambda c: 32 * c["WARPS_N"] * c["WARPS_Q"], "threads per block"),
+        Derived("ACCUMULATORS", accumulators, "fp32 accumulators per thread"),
+        Derived("SMEM_BYTES", lambda c: smem_bytes_py(c, eb, k, metric), "dynamic shared memory per block for k"),
+    ]
+    constraints = [
+        Constraint("warps_tile_block_n", lambda c: c["BLOCK_N"] % (16 * c["WARPS_N"]) == 0,
+                   "BLOCK_N must be a multiple of 16 * WARPS_N", code="static.divisibility"),
+        Constraint("warps_tile_block_q", lambda c: c["BLOCK_Q"] % (8 * c["WARPS_Q"]) == 0,
+                   "BLOCK_Q must be a multiple of 8 * WARPS_Q", code="static.divisibility"),
+        Constraint("warp_count", lambda c: 2 <= c["WARPS_N"] * c["WARPS_Q"] <= 16,
+                   "a block has 2 to 16 warps", code="static.threads"),
+        Constraint("epi_rows_changes_code", lambda c: c["EPI_ROWS"] == 128 or c["BLOCK_N"] > 64,
+                   "EPI_ROWS=64 equals 128 when BLOCK_N is 64 (one pass either way)"),
+        Constraint("min_blocks_threads", lambda c: c["MIN_BLOCKS"] * 32 * c["WARPS_N"] * c["WARPS_Q"] <= 2048,
+                   "MIN_BLOCKS x threads exceeds 2048 threads per SM", code="static.threads"),
+        Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= MAX_ACCUMULATORS,
+                   f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread (certain spills)"),
+        Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
+                   f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
+    ]
+    name = f"similarity/{p.dtype}/{p.metric}/nq{min(next_pow2(p.nq), 256)}/k{next_pow2(p.k)}"
+    return SearchSpace(name, params, constraints, derived)
+
+
+def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str = "ip") -> int:
+    """The launcher's shared-memory formula in Python (the tests check the two agree)."""
+    row = c["BLOCK_K"] * element_bytes
+    epi = min(c["BLOCK_N"], c.get("EPI_ROWS", 128))
+    warps = c["WARPS_N"] * c["WARPS_Q"]
+    norms = c["BLOCK_N"] * 4 if metric != "ip" else 0
+    static = c["STAGES"] * (c["BLOCK_N"] + c["BLOCK_Q"]) * row + c["BLOCK_Q"] * (epi + 4) * 4 + warps * epi * 8 + \
+        norms + c["BLOCK_Q"] * 16
+    return static + 2 * c["BLOCK_Q"] * k * 8
+
+
+def smem_limit(arch: str) -> int:
+    """Opt-in shared memory per block of ``arch``."""
+    from tunelab import _core
+
+    return int(_core.arch_limits(arch)["smem_per_block_optin"])
+
+
+# ------------------------------------------------------------------------------------------------ numerics
+def score_tolerance(queries, corpus, metric: str):
+    """Per-query tolerance (float64 tensor, (nq,)) for comparing fp32-accumulated scores with float64 ones.
+
+    An fp32 dot product of d terms is off by about sqrt(d) * 2^-24 * |q| |c| (random rounding); 16x that is the
+    tie band: scores closer than it may legitimately come out in either order. L2 keys add |c|^2 (and |q|^2),
+    cosine divides by the norms.
+    """
+    import torch
+
+    d = queries.shape[1]
+    qn = queries.double().norm(dim=1)
+    cmax = 0.0
+    for r0 in range(0, corpus.shape[0], 1 << 20):  # chunked: never a full-precision copy of a big corpus
+        cmax = max(cmax, float(corpus[r0:r0 + (1 << 20)].float().norm(dim=1).max()))
+    u = 2.0 ** -24
+    band = 16.0 * math.sqrt(d) * u + 8 * u
+    if metric == "ip":
+        scale = qn * cmax
+    elif metric == "cosine":
+        scale = torch.ones_like(qn)
+    else:
+        scale = qn * qn + cmax * cmax + 2 * qn * cmax
+    return band * scale + 1e-30
+
+
+def reference_scores(queries, corpus, metric: str, rows=None):
+    """float64 scores (ip, cosine) or squared distances (l2) of every query against corpus rows (or ``rows``)."""
+    import torch
+
+    q = queries.double()
+    c = corpus.double() if rows is None else corpus[rows].double()
+    if metric == "ip":
+        return q @ c.T if rows is None else (q[:, None, :] * c).sum(-1)
+    if metric == "cosine":
+        qn = torch.nn.functional.normalize(q, dim=-1, eps=1e-12)
+        cn = torch.nn.functional.normalize(c, dim=-1, eps=1e-12)
+        return qn @ cn.T if rows is None else (qn[:, None, :] * cn).sum(-1)
+    if rows is None:
+        return (q * q).sum(1)[:, None] - 2 * (q @ c.T) + (c * c).sum(1)[None, :]
+    return ((q[:, None, :] - c) ** 2).sum(-1)
+
+
+def check_topk(scores, indices, queries, corpus, k: int, metric: str, *, chunk: int = 1 << 16) -> NumericsReport:
+    """The numerics rule of the family (see the module doc) on one search result, against float64.
+
+    ``indices`` must have been poisoned (e.g. filled with -2) before the run; unwritten or invalid entries fail.
+    """
+    import torch
+
+    nq, n = queries.shape[0], corpus.shape[0]
+    idx = indices.long()
+    if bool((idx == -2).any()):
+        return NumericsReport(False, "numerics.unwritten: result indices left unwritten", {})
+    if bool(((idx < 0) | (idx >= n)).any()):
+        bad = int(((idx < 0) | (idx >= n)).sum())
+        return NumericsReport(False, f"numerics.error: {bad} indices outside 0..{n - 1}", {"bad_indices": float(bad)})
+    if not bool(torch.isfinite(scores).all()):
+        return NumericsReport(False, "numerics.nan: NaN/Inf scores for valid indices", {})
+    if k > 1 and bool((idx.sort(dim=1).values.diff(dim=1) == 0).any()):
+        return NumericsReport(False, "numerics.error: duplicate indices in a query's results", {})
+    sign = -1.0 if metric == "l2" else 1.0  # work with "larger is better"
+    tol = score_tolerance(queries, corpus, metric)[:, None]
+    # float64 top-k in corpus chunks (keep k per chunk)
+    best_v = torch.full((nq, 0), -math.inf, dtype=torch.float64, device=queries.device)
+    best_i = torch.zeros((nq, 0), dtype=torch.long, device=queries.device)
+    for r0 in range(0, n, chunk):
+        s = sign * reference_scores(queries, corpus[r0:r0 + chunk], metric)
+        kk = min(k, s.shape[1])
+        v, i = torch.topk(s, kk, dim=1)
+        best_v = torch.cat([best_v, v], 1)
+        best_i = torch.cat([best_i, i + r0], 1)
+        v, j = torch.topk(best_v, min(k, best_v.shape[1]), dim=1)
+        best_v, best_i = v, best_i.gather(1, j)
+    kth = best_v[:, -1:]
+    ref_ours = sign * reference_scores(queries, corpus, metric, rows=idx)
+    got = sign * scores.double()
+    score_err = (got - ref_ours).abs()
+    errors = {"max_score_err": float(score_err.max()), "max_tolerance": float(tol.max())}
+    if bool((score_err > tol).any()):
+        return NumericsReport(False, f"numerics.error: returned scores differ from float64 by up to "
+                                     f"{errors['max_score_err']:.3g} (tolerance {errors['max_tolerance']:.3g})", errors)
+    below = ref_ours < kth - 2 * tol
+    if bool(below.any()):
+        return NumericsReport(False, f"numerics.error: {int(below.sum())} returned indices are not among the top {k} "
+                                     "(beyond the tie band)", errors)
+    must = best_v > kth + 2 * tol
+    present = (best_i[:, :, None] == idx[:, None, :]).any(-1)
+    missing = must & ~present
+    if bool(missing.any()):
+        return NumericsReport(False, f"numerics.error: {int(missing.sum())} true top-{k} indices missing", errors)
+    if k > 1:
+        a, b = got[:, :-1], got[:, 1:]
+        ia, ib = idx[:, :-1], idx[:, 1:]
+        # the kernel's own scores must follow the tie rule: larger first, then smaller index
+        ok = (a > b) | ((a == b) & (ia < ib))
+        if not bool(ok.all()):
+            return NumericsReport(False, f"numerics.error: {int((~ok).sum())} result pairs out of order", errors)
+    errors["exact_index_mismatches"] = float((idx != best_i).sum())
+    return NumericsReport(True, None, errors)
+
+
+@dataclass
+class SearchInputs:
+    """One input set on the GPU: queries, corpus, the output buffers and the candidate workspace."""
+
+    queries: Any
+    corpus: Any
+    scores: Any
+    indices: Any
+    problem: SearchProblem
+    workspace: dict
+
+
+# ------------------------------------------------------------------------------------------------ the family
+class SimilarityFamily(TunableFamily):
+    """Top-k similarity search (fused GEMM + top-k) as a tunable family."""
+
+    name = "similarity"
+
+    def problem_dict(self, problem: Any) -> dict:
+        p = as_problem(problem)
+        return {"nq": p.nq, "n": p.n, "d": p.d, "k": p.k, "dtype": p.dtype, "metric": p.metric}
+
+    def problem_from_dict(self, data: Mapping[str, Any]) -> SearchProblem:
+        return as_problem(data)
+
+    def problem_from_cli(self, shape: list[int], dtype: str, flags: Mapping[str, Any]) -> SearchProblem:
+        """``--shape nq,n,d,k`` (``--nq/--n/--d/--k`` build the same); ``--metric`` via flags."""
+        if len(shape) != 4:
+            raise ConfigError(f"similarity --shape is nq,n,d,k (4 numbers, e.g. 100,50000,768,10); got {shape}")
+        nq, n, d, k = shape
+        return SearchProblem(nq, n, d, k, dtype or "fp16", str(flags.get("metric") or "ip"))
+
+    def store_key(self, problem: Any) -> dict:
+        """Bucket: nq, n and k to the next power of two; d, dtype and metric exact."""
+        p = as_problem(problem)
+        return {"nq": next_pow2(p.nq), "n": next_pow2(p.n), "d": p.d, "k": next_pow2(p.k), "dtype": p.dtype,
+                "metric": p.metric}
+
+    def space(self, problem: Any) -> SearchSpace:
+        return build_space(problem)
+
+    def default_config(self, problem: Any) -> Config:
+        p = as_problem(problem)
+        cfg = _ops().default_config(p.nq, p.k, p.torch_dtype, p.d)  # for the current GPU's arch
+        return {name: cfg[name] for name in self.space(p).names}
+
+    def static_gates(self, config: Config, problem: Any, arch: str | None = None) -> list[Rejection]:
+        """Shared memory for the problem's k against the arch's limit; copy width against d."""
+        from tunelab.kernel import current_arch
+
+        p = as_problem(problem)
+        arch = arch or current_arch()
+        out = []
+        smem = smem_bytes_py(config, p.element_bytes, p.k, p.metric)
+        limit = smem_limit(arch)
+        if smem > limit:
+            out.append(Rejection("static.smem", f"{smem} bytes of shared memory for k={p.k} > {limit} bytes opt-in "
+                                                f"limit per block on {arch}"))
+        if (p.d * p.element_bytes) % config["VEC"]:
+            out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
+                                                   f"VEC={config['VEC']}"))
+        return out
+
+    def compile(self, config: Config, problem: Any, arch: str) -> CompiledCandidate:
+        p = as_problem(problem)
+        cs = _ops().compile_search(config, dtype=p.torch_dtype, metric=p.metric, arch=arch)
+        return CompiledCandidate(resources=cs.resources, threads=cs.threads, smem_bytes=cs.smem_bytes(p.k), arch=arch,
+                                 compile_ms=float(cs.result.compile_ms), cache_hit=bool(cs.result.cache_hit),
+                                 handle=cs)
+
+    def source_hash(self) -> str:
+        return _ops().source_hash()
+
+    def worker_ref(self) -> Any:
+        return "tunelab.tuning.families.similarity:SimilarityFamily"
+
+    def input_bytes(self, problem: Any) -> int:
+        p = as_problem(problem)
+        return (p.nq + p.n) * p.d * p.element_bytes + p.nq * p.k * 12 + 1024 * p.nq * p.k * 8 + (1 << 28)
+
+    def make_inputs(self, problem: Any, seed: int) -> SearchInputs:
+        """Random normal queries and corpus (never zeros), output buffers; GateRejection("memory.free") if they
+        would not fit."""
+        import torch
+
+        p = as_problem(problem)
+        device = torch.device("cuda", torch.cuda.current_device())
+        need = self.input_bytes(p)
+        free = torch.cuda.mem_get_info(device)[0]
+        if need > 0.9 * free:
+            raise GateRejection("memory.free", f"similarity inputs need {need / 2**30:.2f} GiB; "
+                                               f"{free / 2**30:.2f} GiB are free on {device}")
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        dt = getattr(torch, p.torch_dtype)
+        q = torch.randn((p.nq, p.d), generator=gen, device=device, dtype=torch.float32).to(dt)
+        c = torch.empty((p.n, p.d), dtype=dt, device=device)
+        step = 1 << 20
+        for r0 in range(0, p.n, step):  # bounded fp32 scratch for huge corpora
+            c[r0:r0 + step] = torch.randn((min(step, p.n - r0), p.d), generator=gen, device=device).to(dt)
+        scores = torch.empty((p.nq, p.k), dtype=torch.float32, device=device)
+        indices = torch.empty((p.nq, p.k), dtype=torch.int64, device=device)
+        return SearchInputs(q, c, scores, indices, p, {})
+
+    def _prepared(self, compiled: CompiledCandidate, inputs: SearchInputs):
+        import torch
+
+        cs = compiled.handle
+        p = inputs.problem
+        key = (id(cs), p.k)
+        hit = inputs.workspace.get(key)
+        if hit is None:
+            dev = inputs.queries.device.index or 0
+            plan = cs.plan(dev, p.nq, p.n, p.k)
+            ck = torch.empty((plan["splits"], p.nq, p.k), dtype=torch.float32, device=inputs.queries.device)
+            ci = torch.empty((plan["splits"], p.nq, p.k), dtype=torch.int32, device=inputs.queries.device)
+            p1, p2 = cs.prepare(dev, inputs.queries, inputs.corpus, p.k, ck, ci, inputs.scores, inputs.indices, plan)
+            hit = (p1, p2, ck, ci, plan)
+            inputs.workspace = {key: hit}  # one config's workspace at a time
+        return hit
+
+    def check(self, config: Config, compiled: CompiledCandidate, inputs: SearchInputs) -> NumericsReport:
+        import torch
+
+        p = inputs.problem
+        p1, p2, *_ = self._prepared(compiled, inputs)
+        inputs.indices.fill_(-2)
+        inputs.scores.fill_(float("nan"))
+        stream = int(torch.cuda.current_stream().cuda_stream)
+        p1(stream)
+        p2(stream)
+        torch.cuda.synchronize()
+        return check_topk(inputs.scores, inputs.indices, inputs.queries, inputs.corpus, p.k, p.metric)
+
+    def timing_closure(self, config: Config, compiled: CompiledCandidate, inputs: SearchInputs):
+        import torch
+
+        p1, p2, *_ = self._prepared(compiled, inputs)
+
+        def run():
+            stream = int(torch.cuda.current_stream().cuda_stream)
+            p1(stream)
+            p2(stream)
+
+        return run
+
+    def memory_required(self, config: Config, problem: Any) -> int | None:
+        p = as_problem(problem)
+        return 1024 * p.nq * p.k * 8  # candidate lists: at most ~1024 splits
+
+    def baselines(self, problem: Any) -> dict[str, Callable[[Any], Callable[[], Any]]]:
+        """``torch_topk``: cuBLAS GEMM of the metric's scores, then ``torch.topk``. Cosine gets the corpus
+        normalized once outside the timed call and l2 its squared norms (a fair, precomputed baseline)."""
+        p = as_problem(problem)
+        return {"torch_topk": _torch_topk_factory(p.metric, p.k)}
+
+
+def torch_topk(queries, corpus, k: int, metric: str = "ip"):
+    """The torch baseline as a zero-argument callable over fixed tensors (precomputation done here, untimed)."""
+    import torch
+
+    if metric == "ip":
+        return lambda: torch.topk(queries @ corpus.T, k, dim=-1)
+    if metric == "cosine":
+        cn = torch.nn.functional.normalize(corpus.float(), dim=-1).to(corpus.dtype)
+        return lambda: torch.topk(torch.nn.functional.normalize(queries, dim=-1) @ cn.T, k, dim=-1)
+    c2 = (corpus.float() ** 2).sum(1)
+    return lambda: torch.topk((queries @ corpus.T).float().mul_(2).sub_(c2), k, dim=-1)  # -|q-c|^2 + |q|^2
+
+
+def _torch_topk_factory(metric: str, k: int):
+    def factory(inputs: SearchInputs):
+        fn = torch_topk(inputs.queries, inputs.corpus, k, metric)
+        fn()
+        return fn
+
+    return factory
+
+
+# ------------------------------------------------------------------------------------------------ CLI hook
+def add_cli_arguments(parser) -> None:
+    """``--nq --n --d --k --metric`` on ``tunelab tune`` (similarity): they build ``--shape nq,n,d,k``."""
+    g = parser.add_argument_group("similarity search problem "
+                                  "(tunelab tune similarity --nq 100 --n 50000 --d 768 --k 10)")
+    g.add_argument("--nq", type=int, metavar="NQ", help="similarity: number of queries")
+    g.add_argument("--n", type=int, metavar="N", help="similarity: corpus rows")
+    g.add_argument("--d", type=int, metavar="D", help="similarity: vector dimension")
+    g.add_argument("--k", type=int, metavar="K", help="similarity: results per query")
+    g.add_argument("--metric", choices=("ip", "cosine", "l2"), default=None, help="similarity: metric (default ip)")
+
+
+def apply_cli_arguments(args) -> None:
+    """Fill ``args.shape`` from ``--nq --n --d --k`` (all four, and not together with --shape)."""
+    given = {name: getattr(args, name, None) for name in ("nq", "n", "d", "k")}
+    if all(v is None for v in given.values()):
+        return
+    missing = [f"--{name}" for name, v in given.items() if v is None]
+    if missing:
+        raise ConfigError(f"similarity problems need --nq, --n, --d and --k together; missing {missing}")
+    if getattr(args, "shape", None) is not None:
+        raise ConfigError("give either --shape nq,n,d,k or --nq/--n/--d/--k, not both")
+    bad = [f"--{name} {v}" for name, v in given.items() if v < 1]
+    if bad:
+        raise ConfigError(f"{', '.join(bad)}: values must be >= 1")
+    args.shape = [given["nq"], given["n"], given["d"], given["k"]]
+
+
+def get_family() -> SimilarityFamily:
+    """The family object (``tunelab.tuning.family.get_family("similarity")``)."""
+    return SimilarityFamily()

@@ -1,0 +1,316 @@
+// Fiber scheduler and CUDA feature emulation; see emu_runtime.h.
+#include "emu_runtime.h"
+
+#include <cstdarg>
+#include <deque>
+#include <memory>
+#include <ucontext.h>
+
+namespace emu {
+
+unsigned char* smem_buffer = nullptr;
+uint3_ block_idx, grid_dim;
+LaunchStats stats;
+bool land_late = true;
+
+void fail(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::fprintf(stderr, "EMULATOR FAILURE: ");
+  std::vfprintf(stderr, fmt, ap);
+  std::fprintf(stderr, "\n");
+  va_end(ap);
+  std::exit(3);
+}
+
+struct Copy {
+  unsigned dst;
+  const unsigned char* src;
+  int bytes;
+  bool pred;
+};
+
+struct Thread {
+  uint3_ tidx;
+  int tid = 0, warp = 0, lane = 0;
+  ucontext_t ctx;
+  std::unique_ptr<char[]> stack;
+  bool done = false;
+  int epoch = 0;           // block barriers passed
+  int wsync = 0;           // __syncwarp()s passed
+  long long coll_seq = 0;  // warp collectives entered
+  std::vector<Copy> open_group;
+  std::deque<std::vector<Copy>> pending;
+};
+
+namespace {
+
+constexpr int kStackBytes = 512 * 1024;
+std::vector<std::unique_ptr<Thread>> g_threads;
+Thread* g_cur = nullptr;
+ucontext_t g_sched;
+int g_threads_per_block = 0;
+int g_smem_bytes = 0;
+const std::function<void()>* g_kernel = nullptr;
+
+struct WarpSlot {
+  long long seq = -1;
+  int arrived = 0;
+  int departed = 0;
+  std::string op;
+  unsigned char data[32][64];
+};
+std::vector<WarpSlot> g_slots;  // [warp * 2 + seq % 2]
+int g_barrier_arrived[2];
+int g_barrier_value[2][3];  // count / or / and accumulators per epoch parity
+
+struct Read {
+  int tid, wsync;
+};
+struct Word {
+  int w_tid = -1, w_epoch = -1, w_wsync = 0;
+  int r_epoch = -1;
+  std::vector<Read> reads;
+};
+std::vector<Word> g_words;
+
+struct GlobalRange {
+  const unsigned char* lo;
+  const unsigned char* hi;
+};
+std::vector<GlobalRange> g_globals;
+
+void yield() { swapcontext(&g_cur->ctx, &g_sched); }
+
+void entry() {
+  (*g_kernel)();
+  g_cur->done = true;
+  for (auto& grp : g_cur->pending)
+    for (auto& c : grp)
+      if (c.bytes && c.pred) std::memcpy(smem_buffer + c.dst, c.src, c.bytes);
+  swapcontext(&g_cur->ctx, &g_sched);
+}
+
+void race(const char* what, unsigned word, int other) {
+  ++stats.races;
+  if (stats.races <= 8)
+    std::fprintf(stderr, "RACE (%s) at smem byte %u: thread %d vs thread %d, epoch %d, block (%u,%u)\n", what,
+                 word * 4, g_cur->tid, other, g_cur->epoch, block_idx.x, block_idx.y);
+}
+
+// Is an earlier access by thread `tid` at (epoch, wsync) ordered before the current thread's access?
+bool ordered(int tid, int epoch, int wsync) {
+  const Thread* t = g_cur;
+  if (tid == t->tid) return true;
+  if (epoch < t->epoch) return true;
+  return (tid / 32 == t->warp) && wsync < t->wsync;
+}
+
+void do_write(unsigned off, int bytes) {
+  ++stats.smem_writes;
+  for (unsigned w = off / 4; w < (off + bytes + 3) / 4; ++w) {
+    Word& x = g_words[w];
+    if (x.w_epoch >= 0 && !ordered(x.w_tid, x.w_epoch, x.w_wsync)) race("write after write", w, x.w_tid);
+    if (x.r_epoch >= 0)
+      for (const Read& r : x.reads)
+        if (!ordered(r.tid, x.r_epoch, r.wsync)) {
+          race("write after read", w, r.tid);
+          break;
+        }
+    x.w_tid = g_cur->tid;
+    x.w_epoch = g_cur->epoch;
+    x.w_wsync = g_cur->wsync;
+    x.reads.clear();
+    x.r_epoch = -1;
+  }
+}
+
+void land(const Copy& c) {
+  if (c.pred) std::memcpy(smem_buffer + c.dst, c.src, c.bytes);
+  else std::memset(smem_buffer + c.dst, 0, c.bytes);
+  do_write(c.dst, c.bytes);
+}
+
+}  // namespace
+
+const uint3_& thread_idx() { return g_cur->tidx; }
+int lane() { return g_cur->lane; }
+
+void note_smem_read(unsigned off, int bytes) {
+  if (off + bytes > static_cast<unsigned>(g_smem_bytes))
+    fail("shared read [%u, %u) beyond the %d-byte allocation (thread %d)", off, off + bytes, g_smem_bytes, g_cur->tid);
+  ++stats.smem_reads;
+  for (unsigned w = off / 4; w < (off + bytes + 3) / 4; ++w) {
+    Word& x = g_words[w];
+    if (x.w_epoch >= 0 && !ordered(x.w_tid, x.w_epoch, x.w_wsync)) race("read after write", w, x.w_tid);
+    if (x.r_epoch != g_cur->epoch) {
+      x.reads.clear();
+      x.r_epoch = g_cur->epoch;
+    }
+    bool found = false;
+    for (Read& r : x.reads)
+      if (r.tid == g_cur->tid) {
+        r.wsync = g_cur->wsync;
+        found = true;
+      }
+    if (!found) x.reads.push_back({g_cur->tid, g_cur->wsync});
+  }
+}
+
+void note_smem_write(unsigned off, int bytes) {
+  if (off + bytes > static_cast<unsigned>(g_smem_bytes))
+    fail("shared write [%u, %u) beyond the %d-byte allocation (thread %d)", off, off + bytes, g_smem_bytes, g_cur->tid);
+  do_write(off, bytes);
+}
+
+void register_global(const void* p, size_t bytes) {
+  auto* c = static_cast<const unsigned char*>(p);
+  g_globals.push_back({c, c + bytes});
+}
+void clear_globals() { g_globals.clear(); }
+
+void cp_async(unsigned smem_off, const void* src, int bytes, bool pred) {
+  auto* s = static_cast<const unsigned char*>(src);
+  bool ok = false;
+  for (auto& r : g_globals)
+    if (s >= r.lo && s + (pred ? bytes : 1) <= r.hi) ok = true;
+  if (!ok) {
+    ++stats.oob;
+    if (stats.oob <= 5) std::fprintf(stderr, "OOB cp.async source (pred=%d) by thread %d\n", pred, g_cur->tid);
+    pred = false;
+  }
+  if (smem_off % bytes) fail("cp.async destination %u not %d-byte aligned", smem_off, bytes);
+  if (reinterpret_cast<uintptr_t>(src) % bytes) fail("cp.async source not %d-byte aligned", bytes);
+  if (smem_off + bytes > static_cast<unsigned>(g_smem_bytes)) fail("cp.async destination beyond the smem allocation");
+  Copy c{smem_off, s, bytes, pred};
+  if (land_late) {
+    std::memset(smem_buffer + smem_off, 0xff, bytes);  // NaN until landed
+    do_write(smem_off, bytes);
+    g_cur->open_group.push_back(c);
+  } else {
+    land(c);
+    g_cur->open_group.push_back(Copy{smem_off, s, 0, pred});  // keep group counts honest
+  }
+}
+
+void cp_async_commit() {
+  g_cur->pending.push_back(std::move(g_cur->open_group));
+  g_cur->open_group.clear();
+}
+
+void cp_async_wait(int n) {
+  while (static_cast<int>(g_cur->pending.size()) > n) {
+    for (auto& c : g_cur->pending.front())
+      if (c.bytes) land(c);
+    g_cur->pending.pop_front();
+  }
+}
+
+int syncthreads_reduce(int pred, int op) {
+  const int e = g_cur->epoch;
+  int* acc = g_barrier_value[e % 2];
+  if (g_barrier_arrived[e % 2] == 0) {
+    acc[0] = 0;
+    acc[1] = 0;
+    acc[2] = 1;
+  }
+  acc[0] += pred ? 1 : 0;
+  acc[1] |= pred ? 1 : 0;
+  acc[2] &= pred ? 1 : 0;
+  g_barrier_arrived[e % 2]++;
+  if (g_barrier_arrived[e % 2] == g_threads_per_block) g_barrier_arrived[(e + 1) % 2] = 0;
+  long spins = 0;
+  while (g_barrier_arrived[e % 2] < g_threads_per_block) {
+    yield();
+    if (++spins > 2000000) fail("barrier deadlock (thread %d, epoch %d)", g_cur->tid, e);
+  }
+  const int result = acc[op];
+  g_cur->epoch = e + 1;
+  return result;
+}
+
+void syncthreads() { syncthreads_reduce(0, 0); }
+
+void warp_collective(const char* op, const void* in, int in_bytes,
+                     const std::function<void(const unsigned char* const*)>& fn) {
+  Thread* t = g_cur;
+  const long long seq = t->coll_seq++;
+  WarpSlot& s = g_slots[t->warp * 2 + (seq & 1)];
+  long spins = 0;
+  while (s.seq != seq && s.seq != -1 && s.departed < 32) {  // previous user of this slot still reading
+    yield();
+    if (++spins > 2000000) fail("collective slot deadlock");
+  }
+  if (s.seq != seq) {
+    s.seq = seq;
+    s.arrived = 0;
+    s.departed = 0;
+    s.op = op;
+  } else if (s.op != op) {
+    fail("warp %d diverged: lane %d runs %s while others run %s", t->warp, t->lane, op, s.op.c_str());
+  }
+  std::memcpy(s.data[t->lane], in, in_bytes);
+  s.arrived++;
+  spins = 0;
+  while (s.arrived < 32) {
+    yield();
+    if (++spins > 2000000) fail("warp %d collective %s deadlock (lane %d)", t->warp, op, t->lane);
+  }
+  const unsigned char* ptrs[32];
+  for (int l = 0; l < 32; ++l) ptrs[l] = s.data[l];
+  fn(ptrs);
+  s.departed++;
+}
+
+void syncwarp() {
+  int dummy = 0;
+  warp_collective("syncwarp", &dummy, 4, [](const unsigned char* const*) {});
+  g_cur->wsync++;
+}
+
+void launch(uint3_ grid, int threads, int smem_bytes, const std::function<void()>& kernel) {
+  if (smem_bytes > kSmemCapacity) fail("smem %d beyond emulator capacity", smem_bytes);
+  if (threads % 32) fail("threads must be a multiple of 32");
+  grid_dim = grid;
+  g_threads_per_block = threads;
+  g_smem_bytes = smem_bytes;
+  g_kernel = &kernel;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        block_idx = {x, y, z};
+        std::memset(smem_buffer, 0xff, kSmemCapacity);  // stale shared memory reads as NaN / -1
+        g_words.assign((smem_bytes + 3) / 4, Word{});
+        g_slots.assign(threads / 32 * 2, WarpSlot{});
+        g_barrier_arrived[0] = g_barrier_arrived[1] = 0;
+        g_threads.clear();
+        for (int i = 0; i < threads; ++i) {
+          auto th = std::make_unique<Thread>();
+          th->tid = i;
+          th->warp = i / 32;
+          th->lane = i % 32;
+          th->tidx = {static_cast<unsigned>(i), 0, 0};
+          th->stack.reset(new char[kStackBytes]);
+          getcontext(&th->ctx);
+          th->ctx.uc_stack.ss_sp = th->stack.get();
+          th->ctx.uc_stack.ss_size = kStackBytes;
+          th->ctx.uc_link = nullptr;
+          makecontext(&th->ctx, entry, 0);
+          g_threads.push_back(std::move(th));
+        }
+        for (;;) {
+          bool any = false;
+          for (auto& th : g_threads) {
+            if (th->done) continue;
+            any = true;
+            g_cur = th.get();
+            swapcontext(&g_sched, &th->ctx);
+          }
+          if (!any) break;
+        }
+        for (auto& th : g_threads)
+          if (th->epoch != g_threads[0]->epoch) fail("threads passed different numbers of barriers");
+      }
+}
+
+}  // namespace emu
