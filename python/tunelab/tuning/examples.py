@@ -18,7 +18,8 @@ __global__ void __launch_bounds__(BLOCK) scale_kernel(const float* __restrict__ 
                                                       float a, int n) {
     if (FAULT == 1 && blockIdx.x == 0 && threadIdx.x == 0) { asm volatile("trap;"); }
     if (FAULT == 2) { ((float*)16)[threadIdx.x] = 1.0f; }               // illegal address
-    if (FAULT == 3) { volatile int spin = 1; while (spin) { } }        // never returns
+    // never returns: the asm is a side effect, so the loop cannot be optimised away as UB
+    if (FAULT == 3) { while (true) { asm volatile("nanosleep.u32 1000;"); } }
     int base = (blockIdx.x * BLOCK + threadIdx.x) * VEC;
     #pragma unroll
     for (int j = 0; j < VEC; ++j) {
