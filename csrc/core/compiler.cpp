@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Bumped whenever the meaning of a cache entry changes (options we add, the result fields).
-constexpr const char* kCacheFormat = "tunelab-kernel-cache-v1";
+constexpr const char* kCacheFormat = "tunelab-kernel-cache-v2";
 
 void check_nvrtc(nvrtcResult r, const char* call) {
     if (r != NVRTC_SUCCESS)
@@ -190,7 +190,10 @@ CompileResult compile(const CompileRequest& req) {
     validate_arch(req.arch);
     if (req.source.empty()) throw ConfigError("kernel source is empty: pass the CUDA C++ text to compile");
 
-    std::vector<std::string> options = {"-arch=" + req.arch, "-std=c++17", "-Xptxas=-v",
+    // --no-cache: since CUDA 12.9 NVRTC may return a cubin from the driver's compute cache without running
+    // ptxas, and then the log holds no resource report (seen on the H200 machine once a CUDA context
+    // existed). Our own cache, keyed on everything that shapes the cubin, stores the report with the cubin.
+    std::vector<std::string> options = {"-arch=" + req.arch, "-std=c++17", "-Xptxas=-v", "--no-cache",
                                         "-I" + default_cuda_include_dir()};
     for (const auto& dir : req.include_dirs) options.push_back("-I" + dir);
     if (req.max_registers > 0) options.push_back("--maxrregcount=" + std::to_string(req.max_registers));
@@ -222,8 +225,8 @@ CompileResult compile(const CompileRequest& req) {
 
     RawCompile raw = run_nvrtc(req, options, /*serialized=*/false);
     if (raw.rc == NVRTC_SUCCESS && !report_complete(raw)) {
-        // NVRTC's capture of the ptxas report is not thread-safe: under concurrent compiles a program can come
-        // back with an empty report (seen with 16 threads on the H200 machine). Redo this one alone.
+        // Defence in depth: should a report still go missing (the driver-cache case above was first taken for a
+        // thread-safety problem), compile this program again with no other NVRTC compile running.
         raw = run_nvrtc(req, options, /*serialized=*/true);
     }
     const std::string& log = raw.log;

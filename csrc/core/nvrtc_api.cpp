@@ -41,10 +41,7 @@ State& state() {
         candidates.push_back(soname);  // last resort: the loader's search path
         std::string tried;
         for (const auto& c : candidates) {
-            // DEEPBIND: NVRTC's embedded ptxas must bind to its own symbols, not to same-named ones that libraries
-            // loaded earlier put in the global scope (the driver's PTX JIT, torch's NVRTC). Without it, in a
-            // process that already held a CUDA context, ptxas's report came back empty on the H200 machine.
-            void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+            void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
             if (!h) {
                 const char* e = dlerror();
                 tried += "\n  " + c + ": " + (e ? e : "not found");
