@@ -1,6 +1,7 @@
 // NVRTC, opened with dlopen by full path. Linking libnvrtc.so.13 by soname is not enough: when torch is imported
-// first, the process already holds torch's pip copy of that soname and the dynamic linker hands us that one
-// (seen on the H200 image: its ptxas report came back empty, so every resource gate would have been blind).
+// first, the process already holds torch's pip copy of that soname and the dynamic linker hands us that one,
+// so which NVRTC compiled our kernels would depend on import order. Loading the toolkit's copy by path makes it
+// the one the package was built against, and `_core.nvrtc_library_path()` says which file it was.
 #pragma once
 
 #include <nvrtc.h>
