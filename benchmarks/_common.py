@@ -40,3 +40,22 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
         Path(extra).mkdir(parents=True, exist_ok=True)
         (Path(extra) / f"{name}.json").write_text(path.read_text())
     return path
+
+
+def warm_up_gpu(seconds: float = 2.0) -> float:
+    """Keep the GPU busy with large matrix products for ``seconds`` so its clocks have ramped up before the
+    first timed shape (an idle H200 sits at a few hundred MHz; the first shape measured cold read 30% slow).
+    Returns the SM clock (MHz) seen afterwards, or -1 without NVML."""
+    import time
+
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+    from tunelab.env import sm_clocks
+    clocks = sm_clocks()
+    return float(clocks["sm_mhz"]) if clocks else -1.0

@@ -98,6 +98,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("benchmarks/attention.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    from _common import warm_up_gpu
     arch = tunelab.current_arch()
     todo = shapes(args.quick)
 
@@ -134,6 +135,7 @@ def main(argv=None) -> int:
     for job, why in sorted(dropped.items()):
         print(f"  dropped {job}: {why}", flush=True)
 
+    print(f"GPU warmed up: SM clock {warm_up_gpu():.0f} MHz", flush=True)
     results = []
     for sh in todo:
         t_shape = time.perf_counter()
