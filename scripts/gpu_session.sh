@@ -4,6 +4,9 @@
 #   bash scripts/gpu_session.sh [benchmark.py ...]
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
+# .git may not travel with the tree: results record this commit if the caller passes it
+# (TUNELAB_GIT_COMMIT=$(git rev-parse HEAD) where the checkout is) or leaves it in ./.tunelab-commit.
+if [ -z "${TUNELAB_GIT_COMMIT:-}" ] && [ -f .tunelab-commit ]; then export TUNELAB_GIT_COMMIT=$(cat .tunelab-commit); fi
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 wheels=.whl; [ -d "$wheels" ] || wheels=wheelhouse
