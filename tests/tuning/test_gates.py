@@ -81,3 +81,38 @@ def test_rejection_counts_over_whole_space(toy_replay_path, toy_replay):
     # the table agrees with the trial records
     from_trials = Counter(t["reason"] for t in r.trials if t["status"] in ("rejected", "failed"))
     assert dict(from_trials) == g["by_reason"]
+
+
+def test_family_compiled_gates_apply_after_the_generic_ones():
+    """FamilyBackend.prepare applies the family's own compiled rule (attention: few warps need 3+ stages)."""
+    from types import SimpleNamespace
+
+    from tunelab.tuning.family_backend import FamilyBackend
+
+    class _Compiles(TunableFamily):
+        name = "g"
+
+        def compile(self, config, problem, arch):
+            occ = SimpleNamespace(blocks_per_sm=1, active_warps=2, max_warps=64, occupancy=2 / 64, limiter="shared_memory")
+            return CompiledCandidate({"registers": 64}, threads=64, smem_bytes=200 * 1024, occupancy=occ, arch=arch)
+
+        def compiled_gates(self, config, compiled):
+            warps = compiled.occupancy.blocks_per_sm * 2
+            return [Rejection("compiled.occupancy", f"{warps} warps")] if config["STAGES"] < 3 else []
+
+    backend = FamilyBackend(_Compiles(), {}, arch="sm_90")
+    assert backend.prepare({"STAGES": 2}).rejection.code == "compiled.occupancy"
+    assert backend.prepare({"STAGES": 3}).rejection is None
+
+
+def test_attention_family_rule_on_resident_warps():
+    from types import SimpleNamespace
+
+    from tunelab.tuning.families.attention import AttentionFamily
+
+    fam = AttentionFamily()
+    one_block = SimpleNamespace(blocks_per_sm=1, limiter="shared_memory")
+    c = CompiledCandidate({"registers": 128}, threads=64, smem_bytes=200 * 1024, occupancy=one_block, arch="sm_90")
+    assert fam.compiled_gates({"NUM_WARPS": 2, "STAGES": 2}, c)[0].code == "compiled.occupancy"
+    assert fam.compiled_gates({"NUM_WARPS": 2, "STAGES": 3}, c) == []
+    assert fam.compiled_gates({"NUM_WARPS": 4, "STAGES": 2}, c) == []

@@ -205,6 +205,11 @@ class TunableFamily:
         """Problem-dependent rejections decided before compiling (smem limits, divisibility ...)."""
         return []
 
+    def compiled_gates(self, config: Config, compiled: CompiledCandidate) -> list[Rejection]:
+        """Family rules on the compiled candidate, applied after the generic register/spill/occupancy gates
+        (e.g. attention's "few resident warps only with a deep pipeline")."""
+        return []
+
     def baselines(self, problem: Any) -> dict[str, Callable[[Any], Callable[[], Any]]]:
         """Baselines to confirm against: name -> ``factory(inputs) -> zero-argument launch callable``.
 

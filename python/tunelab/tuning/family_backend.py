@@ -120,6 +120,10 @@ class FamilyBackend(Backend):
             return Prepared(Rejection("compile.error", "\n".join(text[:40])), {}, time.perf_counter() - t0)
         dt = time.perf_counter() - t0
         rej = compiled_rejection(compiled, self.gates)
+        if rej is None:
+            family_gate = getattr(self.family, "compiled_gates", None)
+            extra = family_gate(config, compiled) if family_gate is not None else []
+            rej = extra[0] if extra else None
         summary = compiled.summary()
         return Prepared(rej, summary, dt)
 
