@@ -164,6 +164,7 @@ class CompiledAttention:
 
     @property
     def dtype_code(self) -> int:
+        """The kernel's dtype code (:data:`DTYPE_CODES`: float16 0, bfloat16 1)."""
         return DTYPE_CODES[self.dtype]
 
     def function(self, device: int = 0):

@@ -269,10 +269,12 @@ class CompiledSearch:
 
     @property
     def dtype_code(self) -> int:
+        """The kernel's dtype code (:data:`DTYPE_CODES`: float16 0, bfloat16 1, float32 2)."""
         return DTYPE_CODES[self.dtype]
 
     @property
     def metric_code(self) -> int:
+        """The kernel's metric code (:data:`METRICS`: ip 0, cosine 1, l2 2)."""
         return METRICS[self.metric]
 
     @property
@@ -355,12 +357,16 @@ class CompiledSearch:
         return (nq, 1, 1), (32 * warps, 1, 1), int(_S.merge_smem_bytes(warps, int(k))), pack, warps
 
     def launch_search(self, device: int, stream: int, *args, **kwargs) -> None:
+        """Launch the search kernel on ``device`` and ``stream`` (raising its dynamic shared-memory limit if
+        needed); the other arguments are :meth:`search_args`'s."""
         grid, block, smem, pack = self.search_args(*args, **kwargs)
         fn = self.functions(device)[0]
         self._ensure_smem(fn, ("search", device), smem)
         fn.launch(grid, block, smem, stream, pack)
 
     def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
+        """Launch the merge kernel with the warp count :meth:`merge_args` picks for k on ``device`` and ``stream``;
+        the other arguments are :meth:`merge_args`'s."""
         grid, block, smem, pack, warps = self.merge_args(*args, **kwargs)
         fn = self.functions(device)[1 if warps == 8 else 2]
         self._ensure_smem(fn, ("merge", warps, device), smem)
@@ -446,13 +452,16 @@ class CompiledGram:
 
     @property
     def dtype_code(self) -> int:
+        """The kernel's dtype code (:data:`GRAM_DTYPE_CODES`: float16 0, bfloat16 1, float32 2, complex64 3)."""
         return GRAM_DTYPE_CODES[self.dtype]
 
     @property
     def resources(self):
+        """ptxas's report for the Gram kernel (registers, spills, stack)."""
         return self.result.resources[self.expr]
 
     def function(self, device: int):
+        """The loaded Gram kernel on CUDA device ``device`` (loaded once per device; needs a GPU)."""
         fn = self._functions.get(device)
         if fn is None:
             with self._lock:
@@ -481,6 +490,7 @@ class CompiledGram:
         return tuple(_S.gram_grid(self.config, m, n, self.symmetric)), (self.threads, 1, 1), self.smem, pack
 
     def launch(self, x, out, stream: int | None = None, y=None) -> None:
+        """Launch on ``stream`` (default: torch's current stream of x's device); arguments as :meth:`launch_args`."""
         import torch
 
         grid, block, smem, pack = self.launch_args(x, out, y)
@@ -490,6 +500,7 @@ class CompiledGram:
         self.function(dev).launch(grid, block, smem, stream, pack)
 
     def prepare(self, x, out, y=None):
+        """A ``_core.PreparedLaunch`` for the timer (same launch as :meth:`launch`, resolved once)."""
         grid, block, smem, pack = self.launch_args(x, out, y)
         return self.function(_device_index(x)).prepare(grid, block, smem, pack)
 
@@ -788,6 +799,7 @@ def similarity_search(queries, corpus, k: int, *, metric: str = "ip", config: Ma
 
 # ------------------------------------------------------------------------------------------------ Gram
 def validate_gram_inputs(states):
+    """Raise InputError unless ``states`` is a 2-D CUDA tensor of a Gram dtype with dim >= 1 and contiguous rows."""
     import torch
 
     if not isinstance(states, torch.Tensor):

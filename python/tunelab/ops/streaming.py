@@ -48,6 +48,7 @@ class ChunkPlan:
     source: str            # "fraction" (of free memory), "budget" or "fixed" (chunk_rows given)
 
     def to_dict(self) -> dict:
+        """The plan as a plain dict (JSON-ready)."""
         return asdict(self)
 
 

@@ -1,7 +1,7 @@
 """What a tunable kernel family provides to the tuner, and the small records that flow through the gates.
 
 A family (attention, similarity, or a user's own kernel through :class:`~tunelab.tuning.kernel_family.KernelFamily`)
-implements :class:`TunableFamily`. The required methods are the ones in CONTRACT.md; the optional ones have
+implements :class:`TunableFamily`. The required methods raise NotImplementedError here; the optional ones have
 defaults here so that a family only overrides what it needs.
 
 A *problem* is what is being tuned for (for attention: batch, heads, sequence length, head dim, dtype, causal).

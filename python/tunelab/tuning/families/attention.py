@@ -273,14 +273,17 @@ class AttentionInputSets:
     # baselines and timing use the main set
     @property
     def q(self):
+        """The main set's queries (what baselines and timing use)."""
         return self.main.q
 
     @property
     def k(self):
+        """The main set's keys."""
         return self.main.k
 
     @property
     def v(self):
+        """The main set's values."""
         return self.main.v
 
 
@@ -395,6 +398,8 @@ class AttentionFamily(TunableFamily):
     # -- problems --------------------------------------------------------------------------------------------
     @staticmethod
     def as_problem(problem: Any) -> AttentionProblem:
+        """An :class:`AttentionProblem` from a problem object or dict (short aliases such as ``S``, ``D``,
+        ``is_causal`` accepted)."""
         if isinstance(problem, AttentionProblem):
             return problem
         if isinstance(problem, Mapping):
@@ -411,11 +416,13 @@ class AttentionFamily(TunableFamily):
                           "seq_q, seq_k, head_dim, dtype, causal")
 
     def problem_dict(self, problem: Any) -> dict:
+        """The problem's batch, heads, seq_q, seq_k, head_dim, dtype and causal as a dict."""
         p = self.as_problem(problem)
         return {"batch": p.batch, "heads": p.heads, "seq_q": p.seq_q, "seq_k": p.seq_k, "head_dim": p.head_dim,
                 "dtype": p.dtype, "causal": p.causal}
 
     def problem_from_dict(self, data: Mapping[str, Any]) -> AttentionProblem:
+        """An :class:`AttentionProblem` from :meth:`problem_dict`'s form."""
         return self.as_problem(data)
 
     def problem_from_cli(self, shape: list[int], dtype: str, flags: Mapping[str, Any]) -> AttentionProblem:
@@ -431,10 +438,12 @@ class AttentionFamily(TunableFamily):
 
     # -- space and configs -----------------------------------------------------------------------------------
     def space(self, problem: Any) -> SearchSpace:
+        """Attention's space for this problem's head dim (see :func:`space_for`)."""
         p = self.as_problem(problem)
         return space_for(p.head_dim, p.dtype, p.causal)
 
     def default_config(self, problem: Any) -> Config:
+        """The documented default for the head dim on the current GPU's arch (``ops.attention.default_config``)."""
         from tunelab.kernel import current_arch
 
         p = self.as_problem(problem)
@@ -462,6 +471,7 @@ class AttentionFamily(TunableFamily):
         return out
 
     def compile(self, config: Config, problem: Any, arch: str) -> CompiledCandidate:
+        """Compile the attention kernel for the problem's head dim, dtype and causal mode with NVRTC."""
         p = self.as_problem(problem)
         ca = _ops().compile_config(config, head_dim=p.head_dim, dtype=p.dtype, causal=p.causal, arch=arch)
         return CompiledCandidate(resources=ca.resources, threads=ca.threads, smem_bytes=ca.smem_bytes, arch=arch,
@@ -486,9 +496,11 @@ class AttentionFamily(TunableFamily):
         return []
 
     def source_hash(self) -> str:
+        """Hash of the attention/ and common/ kernel sources (``tunelab.ops.attention.source_hash``)."""
         return _ops().source_hash()
 
     def worker_ref(self) -> Any:
+        """Rebuilt in the worker as ``AttentionFamily()`` from this module."""
         return "tunelab.tuning.families.attention:AttentionFamily"
 
     # -- inputs, numerics, timing ----------------------------------------------------------------------------
@@ -520,6 +532,8 @@ class AttentionFamily(TunableFamily):
         return AttentionInputSets(main, edge, p)
 
     def check(self, config: Config, compiled: CompiledCandidate, inputs: AttentionInputSets) -> NumericsReport:
+        """One launch from poisoned outputs on the problem-shape set, then on the edge-shape set; both must pass
+        :func:`check_output`."""
         import torch
 
         p = inputs.problem
@@ -539,10 +553,12 @@ class AttentionFamily(TunableFamily):
         return NumericsReport(True, None, errors)
 
     def timing_closure(self, config: Config, compiled: CompiledCandidate, inputs: AttentionInputSets):
+        """The prepared attention launch on the main set (no LSE output)."""
         m = inputs.main
         return compiled.handle.prepare(m.q, m.k, m.v, m.out, None, m.causal_offset, m.scale)
 
     def memory_required(self, config: Config, problem: Any) -> int | None:
+        """0: no workspace beyond the inputs and output."""
         return 0  # no workspace: the output lives in the inputs
 
     def baselines(self, problem: Any) -> dict[str, Callable[[Any], Callable[[], Any]]]:

@@ -83,10 +83,12 @@ class GramProblem:
 
     @property
     def torch_dtype(self) -> str:
+        """The dtype's torch name (``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"complex64"``)."""
         return _DTYPES[self.dtype]
 
     @property
     def scalar_bytes(self) -> int:
+        """Bytes per real scalar: 2 for fp16/bf16, 4 for fp32 and complex64 (per real or imaginary part)."""
         return 2 if self.dtype in ("fp16", "bf16") else 4
 
     @property
@@ -102,6 +104,7 @@ class GramProblem:
 
 
 def as_problem(problem: Any) -> GramProblem:
+    """A :class:`GramProblem` from a problem object or dict."""
     if isinstance(problem, GramProblem):
         return problem
     if isinstance(problem, Mapping):
@@ -115,14 +118,17 @@ def as_problem(problem: Any) -> GramProblem:
 
 
 def accumulators(c: Mapping[str, Any], complex_: bool) -> int:
+    """fp32 accumulator registers per thread of a config (twice as many for complex states)."""
     return (c["TILE_M"] // c["WARPS_M"] // 16) * (c["TILE_N"] // c["WARPS_N"] // 8) * 4 * (2 if complex_ else 1)
 
 
 def smem_bytes_py(c: Mapping[str, Any], scalar_bytes: int) -> int:
+    """Dynamic shared memory of a config: STAGES slices of (TILE_M + TILE_N) rows x TILE_K scalars."""
     return c["STAGES"] * (c["TILE_M"] + c["TILE_N"]) * c["TILE_K"] * scalar_bytes
 
 
 def build_space(problem: Any) -> SearchSpace:
+    """The search space for one problem (TILE_K's choices depend on the dtype; symmetric mode needs square tiles)."""
     p = as_problem(problem)
     tk = [32, 64, 128] if p.scalar_bytes == 2 else [16, 32, 64]
     cplx = p.dtype == "complex64"
@@ -162,6 +168,8 @@ def build_space(problem: Any) -> SearchSpace:
 
 @dataclass
 class GramInputs:
+    """One input set on the GPU: states, the output buffer, sampled rows with their float64 reference."""
+
     x: Any
     out: Any
     rows: Any          # sampled row indices checked against float64
@@ -194,10 +202,12 @@ class GramFamily(TunableFamily):
     name = "gram"
 
     def problem_dict(self, problem: Any) -> dict:
+        """The problem's n, dim, dtype, symmetric and mirror as a dict."""
         p = as_problem(problem)
         return {"n": p.n, "dim": p.dim, "dtype": p.dtype, "symmetric": p.symmetric, "mirror": p.mirror}
 
     def problem_from_dict(self, data: Mapping[str, Any]) -> GramProblem:
+        """A :class:`GramProblem` from :meth:`problem_dict`'s form."""
         return as_problem(data)
 
     def problem_from_cli(self, shape: list[int], dtype: str, flags: Mapping[str, Any]) -> GramProblem:
@@ -208,17 +218,21 @@ class GramFamily(TunableFamily):
         return GramProblem(shape[0], shape[1], "complex64" if cplx else (dtype or "fp32"), True, False)
 
     def store_key(self, problem: Any) -> dict:
+        """Bucket: n to the next power of two; dim, dtype and symmetric exact."""
         p = as_problem(problem)
         return {"n": next_pow2(p.n), "dim": p.dim, "dtype": p.dtype, "symmetric": p.symmetric}
 
     def space(self, problem: Any) -> SearchSpace:
+        """Gram's space for this problem's dtype and mode (see :func:`build_space`)."""
         return build_space(problem)
 
     def default_config(self, problem: Any) -> Config:
+        """The documented Gram default for the dtype and mode (``tunelab.ops.similarity.default_gram_config``)."""
         p = as_problem(problem)
         return _ops().default_gram_config(p.torch_dtype, p.symmetric)
 
     def static_gates(self, config: Config, problem: Any, arch: str | None = None) -> list[Rejection]:
+        """Shared memory against the arch's opt-in limit; row bytes must be a multiple of VEC."""
         from tunelab import _core
         from tunelab.kernel import current_arch
 
@@ -235,18 +249,23 @@ class GramFamily(TunableFamily):
         return out
 
     def compile(self, config: Config, problem: Any, arch: str) -> CompiledCandidate:
+        """Compile the Gram kernel for the problem's dtype and mode with NVRTC (``compile_gram``)."""
         p = as_problem(problem)
         cg = _ops().compile_gram(config, dtype=p.torch_dtype, symmetric=p.symmetric, mirror=p.mirror, arch=arch)
         return CompiledCandidate(resources=cg.resources, threads=cg.threads, smem_bytes=cg.smem, arch=arch,
                                  compile_ms=float(cg.result.compile_ms), cache_hit=bool(cg.result.cache_hit), handle=cg)
 
     def source_hash(self) -> str:
+        """Hash of the similarity/ and common/ kernel sources (``tunelab.ops.similarity.source_hash``)."""
         return _ops().source_hash()
 
     def worker_ref(self) -> Any:
+        """Rebuilt in the worker as ``GramFamily()`` from this module."""
         return "tunelab.tuning.families.gram:GramFamily"
 
     def make_inputs(self, problem: Any, seed: int) -> GramInputs:
+        """Random normal states, the output, CHECK_ROWS sampled rows (first and last included) with their float64
+        reference and PyTorch's own error; GateRejection("memory.free") if they would not fit."""
         import torch
 
         p = as_problem(problem)
@@ -279,6 +298,8 @@ class GramFamily(TunableFamily):
         return GramInputs(x, out, rows, ref, torch_err, p)
 
     def check(self, config: Config, compiled: CompiledCandidate, inputs: GramInputs) -> NumericsReport:
+        """One launch into a NaN-filled output; on the sampled rows, every entry the mode writes must be finite and
+        within ERROR_FACTOR x PyTorch's own error + atol of float64, and the rest (below the diagonal) untouched."""
         import torch
 
         p = inputs.problem
@@ -310,12 +331,15 @@ class GramFamily(TunableFamily):
         return NumericsReport(True, None, errors)
 
     def timing_closure(self, config: Config, compiled: CompiledCandidate, inputs: GramInputs):
+        """The prepared Gram launch on the inputs' states and output."""
         return compiled.handle.prepare(inputs.x, inputs.out)
 
     def memory_required(self, config: Config, problem: Any) -> int | None:
+        """0: no workspace beyond the inputs and output."""
         return 0
 
     def baselines(self, problem: Any) -> dict[str, Callable[[Any], Callable[[], Any]]]:
+        """``torch_matmul_abs2``: cuBLAS ``X X^H`` (``X X^T`` if real), then abs and square (:func:`torch_gram`)."""
         def factory(inputs: GramInputs):
             fn = torch_gram(inputs.x)
             fn()
@@ -325,4 +349,5 @@ class GramFamily(TunableFamily):
 
 
 def get_family() -> GramFamily:
+    """The family object (``tunelab.tuning.family.get_family("gram")``)."""
     return GramFamily()

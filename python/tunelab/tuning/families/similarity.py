@@ -99,18 +99,22 @@ class SearchProblem:
 
     @property
     def torch_dtype(self) -> str:
+        """The dtype's torch name (``"float16"``, ``"bfloat16"`` or ``"float32"``)."""
         return _DTYPES[self.dtype]
 
     @property
     def element_bytes(self) -> int:
+        """Bytes per vector element: 4 for fp32, 2 for fp16/bf16."""
         return 4 if self.dtype == "fp32" else 2
 
     @property
     def corpus_bytes(self) -> int:
+        """Size of the corpus in bytes (n x d elements)."""
         return self.n * self.d * self.element_bytes
 
     @property
     def flops(self) -> float:
+        """2*nq*n*d: the multiply-adds of the score GEMM (the top-k selection is not counted)."""
         return 2.0 * self.nq * self.n * self.d
 
 
@@ -327,10 +331,12 @@ class SimilarityFamily(TunableFamily):
     name = "similarity"
 
     def problem_dict(self, problem: Any) -> dict:
+        """The problem's nq, n, d, k, dtype and metric as a dict."""
         p = as_problem(problem)
         return {"nq": p.nq, "n": p.n, "d": p.d, "k": p.k, "dtype": p.dtype, "metric": p.metric}
 
     def problem_from_dict(self, data: Mapping[str, Any]) -> SearchProblem:
+        """A :class:`SearchProblem` from :meth:`problem_dict`'s form."""
         return as_problem(data)
 
     def problem_from_cli(self, shape: list[int], dtype: str, flags: Mapping[str, Any]) -> SearchProblem:
@@ -347,9 +353,12 @@ class SimilarityFamily(TunableFamily):
                 "metric": p.metric}
 
     def space(self, problem: Any) -> SearchSpace:
+        """Similarity's space for this problem (see :func:`build_space`)."""
         return build_space(problem)
 
     def default_config(self, problem: Any) -> Config:
+        """The documented search default for nq, k, dtype and d on the current GPU's arch, limited to the
+        space's parameters."""
         p = as_problem(problem)
         cfg = _ops().default_config(p.nq, p.k, p.torch_dtype, p.d)  # for the current GPU's arch
         return {name: cfg[name] for name in self.space(p).names}
@@ -372,6 +381,7 @@ class SimilarityFamily(TunableFamily):
         return out
 
     def compile(self, config: Config, problem: Any, arch: str) -> CompiledCandidate:
+        """Compile the search kernel and both merge kernels for the problem's dtype and metric (``compile_search``)."""
         p = as_problem(problem)
         cs = _ops().compile_search(config, dtype=p.torch_dtype, metric=p.metric, arch=arch)
         return CompiledCandidate(resources=cs.resources, threads=cs.threads, smem_bytes=cs.smem_bytes(p.k), arch=arch,
@@ -379,12 +389,16 @@ class SimilarityFamily(TunableFamily):
                                  handle=cs)
 
     def source_hash(self) -> str:
+        """Hash of the similarity/ and common/ kernel sources (``tunelab.ops.similarity.source_hash``)."""
         return _ops().source_hash()
 
     def worker_ref(self) -> Any:
+        """Rebuilt in the worker as ``SimilarityFamily()`` from this module."""
         return "tunelab.tuning.families.similarity:SimilarityFamily"
 
     def input_bytes(self, problem: Any) -> int:
+        """Device memory make_inputs may need: queries, corpus, outputs, candidate lists for up to 1024 splits and
+        256 MiB of scratch."""
         p = as_problem(problem)
         return (p.nq + p.n) * p.d * p.element_bytes + p.nq * p.k * 12 + 1024 * p.nq * p.k * 8 + (1 << 28)
 
@@ -430,6 +444,7 @@ class SimilarityFamily(TunableFamily):
         return hit
 
     def check(self, config: Config, compiled: CompiledCandidate, inputs: SearchInputs) -> NumericsReport:
+        """One search and merge from poisoned outputs, judged by :func:`check_topk` against float64."""
         import torch
 
         p = inputs.problem
@@ -443,6 +458,7 @@ class SimilarityFamily(TunableFamily):
         return check_topk(inputs.scores, inputs.indices, inputs.queries, inputs.corpus, p.k, p.metric)
 
     def timing_closure(self, config: Config, compiled: CompiledCandidate, inputs: SearchInputs):
+        """A zero-argument callable launching the prepared search and merge on torch's current stream."""
         import torch
 
         p1, p2, *_ = self._prepared(compiled, inputs)
@@ -455,6 +471,7 @@ class SimilarityFamily(TunableFamily):
         return run
 
     def memory_required(self, config: Config, problem: Any) -> int | None:
+        """Candidate-list workspace: nq x k entries of 8 bytes for up to ~1024 splits."""
         p = as_problem(problem)
         return 1024 * p.nq * p.k * 8  # candidate lists: at most ~1024 splits
 
