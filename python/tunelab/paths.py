@@ -44,3 +44,17 @@ def kernels_dir() -> Path:
     raise FileNotFoundError(
         f"tunelab's kernel sources were not found at {installed} or {source}; reinstall the package "
         "(pip install .) so that tunelab/kernels is installed")
+
+
+def kernel_source_hash(*folders: str) -> str:
+    """SHA-256 (16 hex digits) of every ``.cuh`` under the given folders of :func:`kernels_dir`
+    (e.g. ``"attention", "common"``): what a tuned-config store entry is checked against for staleness."""
+    import hashlib
+
+    root = kernels_dir()
+    h = hashlib.sha256()
+    for sub in folders:
+        for path in sorted((root / sub).glob("*.cuh")):
+            h.update(f"{sub}/{path.name}".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]

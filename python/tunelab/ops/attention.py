@@ -30,7 +30,6 @@ works under ``torch.compile`` and inside CUDA graphs (compile and load a config 
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import sys
@@ -260,15 +259,9 @@ def compile_config(config: Mapping[str, Any], *, head_dim: int, dtype: str = "fl
 
 def source_hash() -> str:
     """SHA-256 (16 hex digits) of the attention kernel sources: every .cuh under attention/ and common/."""
-    from tunelab.paths import kernels_dir
+    from tunelab.paths import kernel_source_hash
 
-    root = kernels_dir()
-    h = hashlib.sha256()
-    for sub in ("attention", "common"):
-        for path in sorted((root / sub).glob("*.cuh")):
-            h.update(f"{sub}/{path.name}".encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    return kernel_source_hash("attention", "common")
 
 
 # ------------------------------------------------------------------------------------------------ the op

@@ -37,7 +37,6 @@ uses the tuned config stored for this device and problem bucket (``tunelab tune 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -223,15 +222,9 @@ def default_gram_config(dtype: str = "complex64", symmetric: bool = True) -> dic
 # ------------------------------------------------------------------------------------------- compile & launch
 def source_hash() -> str:
     """SHA-256 (16 hex digits) of the family's kernel sources (similarity/ and the common/ helpers it uses)."""
-    from tunelab.paths import kernels_dir
+    from tunelab.paths import kernel_source_hash
 
-    root = kernels_dir()
-    h = hashlib.sha256()
-    for sub in ("similarity", "common"):
-        for path in sorted((root / sub).glob("*.cuh")):
-            h.update(f"{sub}/{path.name}".encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    return kernel_source_hash("similarity", "common")
 
 
 def _device_index(t) -> int:
