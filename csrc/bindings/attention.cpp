@@ -24,20 +24,6 @@ namespace tunelab::bindings {
 void bind_attention(py::module_& m) {
     py::module_ a = m.def_submodule("attention", "Launcher of the attention forward kernel family.");
 
-    static bool translator_registered = false;
-    if (!translator_registered) {
-        translator_registered = true;
-        py::register_exception_translator([](std::exception_ptr p) {
-            if (!p) return;
-            try {
-                std::rethrow_exception(p);
-            } catch (const att::InputError& e) {
-                auto errors = py::module_::import("tunelab.errors");
-                PyErr_SetString(errors.attr("InputError").ptr(), e.what());
-            }
-        });
-    }
-
     a.def("param_names", &att::param_names, "Tunables in template order.");
     a.def("param_choices", &att::param_choices, "Accepted values of each tunable on its own.");
     a.def("head_dims", &att::head_dims, "Supported head dims.");

@@ -89,6 +89,8 @@ PYBIND11_MODULE(_core, m) {
             PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
         } catch (const ConfigError& e) {
             PyErr_SetString(errors.attr("ConfigError").ptr(), e.what());
+        } catch (const InputError& e) {
+            PyErr_SetString(errors.attr("InputError").ptr(), e.what());
         } catch (const Error& e) {
             PyErr_SetString(errors.attr("TunelabError").ptr(), e.what());
         }

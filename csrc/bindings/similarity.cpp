@@ -14,20 +14,6 @@ namespace tunelab::bindings {
 void bind_similarity(py::module_& m) {
     py::module_ s = m.def_submodule("similarity", "Launchers of the similarity-search and Gram kernel family.");
 
-    static bool translator_registered = false;
-    if (!translator_registered) {
-        translator_registered = true;
-        py::register_exception_translator([](std::exception_ptr p) {
-            if (!p) return;
-            try {
-                std::rethrow_exception(p);
-            } catch (const sl::InputError& e) {
-                auto errors = py::module_::import("tunelab.errors");
-                PyErr_SetString(errors.attr("InputError").ptr(), e.what());
-            }
-        });
-    }
-
     s.def("element_bytes", &sl::element_bytes, py::arg("dtype"));
     s.def("max_vec", &sl::max_vec, py::arg("dtype"), py::arg("pointers"), py::arg("strides"), py::arg("d"),
           "Largest cp.async width (16, 8, 4) the pointers, row strides (elements) and d allow; 0 if none.");

@@ -40,4 +40,9 @@ struct ConfigError : Error {
     using Error::Error;
 };
 
+// A tensor or scalar argument a kernel cannot take (alignment, sizes, scale): tunelab.errors.InputError.
+struct InputError : Error {
+    using Error::Error;
+};
+
 }  // namespace tunelab

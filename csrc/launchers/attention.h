@@ -9,16 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
+
 namespace tunelab::launchers::attention {
 
 // A config: tunable name -> value (the names of param_names()).
 using Config = std::map<std::string, long long>;
 
-// A tensor or scalar argument the kernel cannot take (alignment, sizes, scale). The bindings turn it into
-// tunelab.errors.InputError; a bad config value raises tunelab::ConfigError (tunelab.errors.ConfigError).
-struct InputError : std::invalid_argument {
-    using std::invalid_argument::invalid_argument;
-};
+// Bad tensors or scalars raise tunelab::InputError, bad config values tunelab::ConfigError (core/errors.h).
+using tunelab::InputError;
 
 // Tunables in AttentionTraits template order (after DTYPE and HEAD_DIM, before IS_CAUSAL).
 const std::vector<std::string>& param_names();

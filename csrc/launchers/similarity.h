@@ -10,15 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
+
 namespace tunelab::launchers::similarity {
 
 using Config = std::map<std::string, long long>;
 
-// A tensor or size the kernels cannot take (alignment, sizes beyond int32 ...). The bindings turn it into
-// tunelab.errors.InputError; a bad config value raises tunelab::ConfigError.
-struct InputError : std::invalid_argument {
-    using std::invalid_argument::invalid_argument;
-};
+// Bad tensors or scalars raise tunelab::InputError, bad config values tunelab::ConfigError (core/errors.h).
+using tunelab::InputError;
 
 // Element type codes (as in kernels/similarity/params.cuh): 0 fp16, 1 bf16, 2 fp32, 3 complex64.
 int element_bytes(int dtype);
