@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tunelab import _core
+from tunelab.ops import config as _config
 from tunelab.errors import ConfigError, InputError, TunelabError
 
 #: Head dims the kernel supports (32 and 96 and 256 included: every tunable combination that fits is valid).
@@ -104,38 +105,17 @@ def _check_head_dim(head_dim: int) -> None:
 def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
     """``config`` as a plain dict of ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or
     out-of-range values (cross-parameter rules are checked when compiling)."""
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"config must be a dict of {list(PARAM_NAMES)}; got {type(config).__name__}")
-    unknown = sorted(set(config) - set(PARAM_NAMES))
-    if unknown:
-        raise ConfigError(f"attention config has unknown parameter(s) {unknown}; the parameters are "
-                          f"{list(PARAM_NAMES)}")
-    missing = [n for n in PARAM_NAMES if n not in config]
-    if missing:
-        raise ConfigError(f"attention config is missing {missing}; the parameters are {list(PARAM_NAMES)}")
-    out = {}
-    for n in PARAM_NAMES:
-        v = config[n]
-        if isinstance(v, bool) or int(v) != v or int(v) not in PARAM_CHOICES[n]:
-            raise ConfigError(f"attention config {n}={v!r} is not accepted; accepted values are "
-                              f"{list(PARAM_CHOICES[n])}")
-        out[n] = int(v)
-    return out
+    return _config.canonical(config, PARAM_NAMES, PARAM_CHOICES, "attention")
 
 
 def config_string(config: Mapping[str, Any]) -> str:
     """Compact identity of a config: ``"BLOCK_M=128,BLOCK_N=64,..."`` in :data:`PARAM_NAMES` order."""
-    c = canonical_config(config)
-    return ",".join(f"{n}={c[n]}" for n in PARAM_NAMES)
+    return _config.to_string(canonical_config(config), PARAM_NAMES)
 
 
 def parse_config_string(text: str) -> dict[str, int]:
     """Inverse of :func:`config_string`."""
-    out = {}
-    for part in text.split(","):
-        name, _, value = part.partition("=")
-        out[name.strip()] = int(value)
-    return canonical_config(out)
+    return canonical_config(_config.from_string(text))
 
 
 # ------------------------------------------------------------------------------------------- compile & launch

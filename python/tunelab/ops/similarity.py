@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tunelab import _core
-from tunelab.errors import ConfigError, InputError
+from tunelab.ops import config as _config
+from tunelab.errors import InputError
 
 _S = _core.similarity
 
@@ -166,44 +167,22 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
 
 def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
     """``config`` as plain ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or bad values."""
-    return _canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
+    return _config.canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
 
 
 def canonical_gram_config(config: Mapping[str, Any]) -> dict[str, int]:
     """Gram config as plain ints in :data:`GRAM_PARAM_NAMES` order."""
-    return _canonical(config, GRAM_PARAM_NAMES, GRAM_PARAM_CHOICES, "gram")
-
-
-def _canonical(config, names, choices, family) -> dict[str, int]:
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"{family} config must be a dict of {list(names)}; got {type(config).__name__}")
-    unknown = sorted(set(config) - set(names))
-    if unknown:
-        raise ConfigError(f"{family} config has unknown parameter(s) {unknown}; the parameters are {list(names)}")
-    missing = [n for n in names if n not in config]
-    if missing:
-        raise ConfigError(f"{family} config is missing {missing}; the parameters are {list(names)}")
-    out = {}
-    for n in names:
-        v = config[n]
-        if isinstance(v, bool) or int(v) != v or int(v) not in choices[n]:
-            raise ConfigError(f"{family} config {n}={v!r} is not accepted; accepted values are {list(choices[n])}")
-        out[n] = int(v)
-    return out
+    return _config.canonical(config, GRAM_PARAM_NAMES, GRAM_PARAM_CHOICES, "gram")
 
 
 def config_string(config: Mapping[str, Any], names=PARAM_NAMES) -> str:
     """Compact identity of a config: ``"BLOCK_N=128,BLOCK_Q=104,..."``."""
-    return ",".join(f"{n}={int(config[n])}" for n in names)
+    return _config.to_string(config, names)
 
 
 def parse_config_string(text: str) -> dict[str, int]:
     """Inverse of :func:`config_string` (either family's names)."""
-    out = {}
-    for part in text.split(","):
-        name, _, value = part.partition("=")
-        out[name.strip()] = int(value)
-    return out
+    return _config.from_string(text)
 
 
 def default_gram_config(dtype: str = "complex64", symmetric: bool = True) -> dict:
