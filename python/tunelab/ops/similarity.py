@@ -569,10 +569,10 @@ def validate_search_inputs(queries, corpus, k, metric):
             raise InputError(f"{name} rows overlap (row stride {t.stride(0)} < d={t.shape[1]}, e.g. an expanded "
                              f"tensor); call .contiguous() on {name}")
     if not isinstance(k, int) or isinstance(k, bool):
-        raise InputError(f"k={k!r} must be an int")
+        raise InputError(f"k={k!r} must be an int (1 <= k <= N)")
     n = corpus.shape[0]
     if k < 1:
-        raise InputError(f"k={k} must be >= 1")
+        raise InputError(f"k={k} must be >= 1 (and at most N={n}, the corpus rows)")
     if k > n:
         raise InputError(f"k={k} is larger than the corpus (N={n} rows); use k <= {n}")
     if k > MAX_K:
@@ -783,7 +783,7 @@ def validate_gram_inputs(states):
     if _dtype_name(states) not in GRAM_DTYPE_CODES:
         raise InputError(f"states have dtype {_dtype_name(states)}; accepted dtypes are {list(GRAM_DTYPE_CODES)}")
     if states.shape[1] == 0:
-        raise InputError("states have dimension 0")
+        raise InputError(f"states have shape {tuple(states.shape)}: each of the n states needs dimension >= 1; pass (n, dim) with dim >= 1")
     if states.shape[1] > 1 and states.stride(1) != 1:
         raise InputError(f"states rows are not contiguous (strides {tuple(states.stride())}); call .contiguous()")
 

@@ -276,7 +276,7 @@ def _key_of(driver: SearchDriver, known) -> str:
     for key, k in driver.memory.by_key.items():
         if k is known:
             return key
-    raise KeyError("best config not in memory")
+    raise KeyError("internal: the study's best trial has no config in the search memory")
 
 
 def make_problem(family: str | TunableFamily, shape, dtype: str = "fp16", **flags: Any) -> Any:

@@ -101,7 +101,7 @@ class ReplayData:
         """Key and median latency of the fastest recorded config."""
         m = self.measured()
         if not m:
-            raise TunelabError("the replay file has no measured configs")
+            raise TunelabError("the replay file has no measured configs (every entry was rejected or failed); record one with benchmarks/ground_truth.py on a GPU")
         key = min(m, key=m.get)
         return key, m[key]
 
