@@ -8,8 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <regex>
 #include <sstream>
 
@@ -112,14 +110,7 @@ bool report_complete(const RawCompile& raw) {
     return !(raw.resources.empty() && raw.cubin.find(".text.") != std::string::npos);
 }
 
-RawCompile run_nvrtc(const CompileRequest& req, const std::vector<std::string>& options, bool serialized) {
-    // Ordinary compiles share the lock and run in parallel; a serialized one takes it exclusively, so it runs
-    // with no other NVRTC compile in the process.
-    static std::shared_mutex gate;
-    std::shared_lock<std::shared_mutex> shared(gate, std::defer_lock);
-    std::unique_lock<std::shared_mutex> alone(gate, std::defer_lock);
-    if (serialized) alone.lock();
-    else shared.lock();
+RawCompile run_nvrtc(const CompileRequest& req, const std::vector<std::string>& options) {
     std::vector<const char*> header_sources, header_names;
     for (const auto& [name, content] : req.headers) {
         header_names.push_back(name.c_str());
@@ -223,12 +214,7 @@ CompileResult compile(const CompileRequest& req) {
         recovered = status == KernelCache::Lookup::Corrupt;
     }
 
-    RawCompile raw = run_nvrtc(req, options, /*serialized=*/false);
-    if (raw.rc == NVRTC_SUCCESS && !report_complete(raw)) {
-        // Defence in depth: should a report still go missing (the driver-cache case above was first taken for a
-        // thread-safety problem), compile this program again with no other NVRTC compile running.
-        raw = run_nvrtc(req, options, /*serialized=*/true);
-    }
+    RawCompile raw = run_nvrtc(req, options);
     const std::string& log = raw.log;
     if (raw.rc != NVRTC_SUCCESS) {
         std::string first_error;
@@ -240,9 +226,10 @@ CompileResult compile(const CompileRequest& req) {
                            log, options);
     }
     if (!report_complete(raw))
-        throw CompileError("the ptxas resource report is missing from the NVRTC log even when compiled alone "
-                           "(NVRTC loaded from " + nvrtc_library_path() + "); set TUNELAB_NVRTC to the CUDA "
-                           "toolkit's libnvrtc", log, options);
+        throw CompileError("the ptxas resource report is missing from the NVRTC log (NVRTC loaded from " +
+                               nvrtc_library_path() + "), so the resource gates cannot judge this kernel. If that "
+                               "NVRTC ignores --no-cache, set TUNELAB_NVRTC to the CUDA toolkit's libnvrtc",
+                           log, options);
 
     CompileResult res;
     res.arch = req.arch;
