@@ -317,7 +317,8 @@ def test_launch_packing_checks_alignment_and_scale():
 
 
 # ------------------------------------------------------------------------------------------------ emulator
-EMU_DIR = REPO / "tests" / "attention_emulator"
+EMU_DIR = REPO / "tests" / "attention_emulator"  # driver + attention-specific shims (mma, math)
+EMU_RUNTIME = REPO / "tests" / "emulator"  # runtime and shims shared with the similarity emulator
 
 
 def _emulator(traits: str, tmp_path_factory) -> Path:
@@ -327,9 +328,10 @@ def _emulator(traits: str, tmp_path_factory) -> Path:
     if not sys.platform.startswith("linux"):
         pytest.skip("the CPU emulator's fibers use glibc ucontext (Linux only)")
     out = tmp_path_factory.mktemp("emu") / ("emu_" + traits.replace(",", "_"))
-    cmd = [cxx, "-std=c++17", "-O1", "-w", "-I", str(EMU_DIR / "shim"), "-I", str(EMU_DIR),
-           "-I", str(REPO / "csrc" / "kernels"), f"-DTUNELAB_EMU_TRAITS={traits}",
-           str(EMU_DIR / "emu_attention.cpp"), str(EMU_DIR / "emu_runtime.cpp"), "-o", str(out)]
+    cmd = [cxx, "-std=c++17", "-O1", "-w", "-I", str(EMU_DIR / "shim"), "-I", str(EMU_RUNTIME / "shim"),
+           "-I", str(EMU_RUNTIME), "-I", str(EMU_DIR), "-I", str(REPO / "csrc" / "kernels"),
+           f"-DTUNELAB_EMU_TRAITS={traits}", str(EMU_DIR / "emu_attention.cpp"), str(EMU_RUNTIME / "emu_runtime.cpp"),
+           "-o", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 

@@ -1,8 +1,8 @@
 // Runs the real attention kernel source (csrc/kernels/attention/fwd.cuh) on the CPU emulator and
 // compares it with a float64 reference.
 //
-// Build: g++ -std=c++17 -O1 -I shim -I . -I <repo>/csrc/kernels -DTUNELAB_EMU_TRAITS=<12 traits args>
-//        emu_attention.cpp emu_runtime.cpp
+// Build: g++ -std=c++17 -O1 -I shim -I ../emulator/shim -I ../emulator -I . -I <repo>/csrc/kernels
+//        -DTUNELAB_EMU_TRAITS=<12 traits args> emu_attention.cpp ../emulator/emu_runtime.cpp
 // Run:   ./a.out B H Sq Sk layout(0 = BHSD, 1 = BSHD) causal_align(0 = bottom-right, 1 = top-left)
 //        want_lse seed land_late
 // Prints one line: "RESULT ok=<0|1> max_err=... lse_err=... races=... poisoned=... oob=... unwritten=..."

@@ -2,8 +2,8 @@
 // checks them against a float64 reference.
 //
 // Build (one kernel instance per binary):
-//   g++ -std=c++17 -O1 -I shim -I . -I <repo>/csrc/kernels -DEMU_TOPK=<DTYPE,METRIC,BN,BQ,BK,WN,WQ,ST,VEC,MERGE>
-//       emu_similarity.cpp emu_runtime.cpp
+//   g++ -std=c++17 -O1 -I shim -I ../emulator/shim -I ../emulator -I . -I <repo>/csrc/kernels
+//       -DEMU_TOPK=<DTYPE,METRIC,BN,BQ,BK,WN,WQ,ST,VEC,MERGE> emu_similarity.cpp ../emulator/emu_runtime.cpp
 //   g++ ... -DEMU_GRAM=<DTYPE,TM,TN,TK,WM,WN,ST,VEC,SYM,MIRROR> ...
 // Run (top-k): ./a.out nq n d k splits chunks data seed land_late
 //   data 0: gaussian; 1: small integers (exact arithmetic, many exact ties: the tie rule is checked exactly);

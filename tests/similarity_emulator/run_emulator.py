@@ -21,6 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent.parent / "csrc" / "kernels"
+RUNTIME = HERE.parent / "emulator"  # runtime and shims shared with the attention emulator
 
 # (DTYPE, METRIC, BLOCK_N, BLOCK_Q, BLOCK_K, WARPS_N, WARPS_Q, STAGES, VEC, MERGE, EPI_ROWS, MIN_BLOCKS)
 TOPK_CONFIGS = [
@@ -83,9 +84,9 @@ def _build(defn: str, value: tuple, out_dir: Path, compiler: str) -> Path:
     exe = out_dir / f"emu_{defn.lower()}_{tag}"
     if exe.exists():
         return exe
-    cmd = [compiler, "-std=c++17", "-O1", "-w", f"-I{HERE / 'shim'}", f"-I{HERE}", f"-I{KERNELS}",
-           f"-D{defn}={','.join(map(str, value))}", str(HERE / "emu_similarity.cpp"), str(HERE / "emu_runtime.cpp"),
-           "-o", str(exe)]
+    cmd = [compiler, "-std=c++17", "-O1", "-w", f"-I{HERE / 'shim'}", f"-I{RUNTIME / 'shim'}", f"-I{RUNTIME}",
+           f"-I{HERE}", f"-I{KERNELS}", f"-D{defn}={','.join(map(str, value))}", str(HERE / "emu_similarity.cpp"),
+           str(RUNTIME / "emu_runtime.cpp"), "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"build of {defn}={value} failed:\n{r.stderr[-3000:]}")

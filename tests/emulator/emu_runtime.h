@@ -1,9 +1,10 @@
-// CPU emulation of the CUDA features the similarity kernels use, so that their own source
-// (csrc/kernels/similarity/*.cuh with the real smem_layout.cuh and params.cuh) runs without a GPU.
-// Modelled on tests/attention_emulator (fibers, warp rendezvous); separate so the two families can evolve
-// independently, and extended with what these kernels need: warp-synchronous shared-memory use (the race
-// detector orders accesses by block barriers *and* by __syncwarp within a warp), shuffles, ballots,
-// __syncthreads_or, tf32 MMA.
+// CPU emulation of the CUDA features the kernels use, so that their own source (csrc/kernels/attention/*.cuh,
+// csrc/kernels/similarity/*.cuh with the real smem_layout.cuh and params.cuh) runs without a GPU. One runtime
+// shared by tests/attention_emulator and tests/similarity_emulator; each family keeps its own driver and its
+// own PTX shims where they differ (shim/common/mma.cuh), shared shims live in tests/emulator/shim.
+// Covers warp-synchronous shared-memory use (the race detector orders accesses by block barriers *and* by
+// __syncwarp within a warp; kernels without __syncwarp are ordered by barriers alone), shuffles, votes,
+// ballots, __syncthreads_or/count, tf32 MMA.
 //
 // Every CUDA thread is a fiber (ucontext) scheduled round-robin in one OS thread. Warp collectives rendezvous
 // the 32 lanes; __syncthreads rendezvous the block. Checked besides the numbers: shared-memory races (two
@@ -34,12 +35,22 @@
 struct uint3_ {
   unsigned x, y, z;
 };
+struct float2 {
+  float x, y;
+};
+struct float4 {
+  float x, y, z, w;
+};
+struct uint4 {
+  unsigned x, y, z, w;
+};
 
 inline float __int_as_float(int i) {
   float f;
   std::memcpy(&f, &i, 4);
   return f;
 }
+inline float __int_as_float(unsigned i) { return __int_as_float(static_cast<int>(i)); }
 inline float __uint_as_float(unsigned i) {
   float f;
   std::memcpy(&f, &i, 4);
@@ -71,6 +82,7 @@ int lane();
 void syncthreads();
 int syncthreads_reduce(int pred, int op);  // op 0: count, 1: or, 2: and
 void syncwarp();
+bool vote_any(bool p);
 
 // Warp rendezvous: every lane deposits `in` (up to 64 bytes) for collective `op`; `fn` then runs once per
 // lane with all 32 inputs available.
@@ -89,7 +101,7 @@ void register_global(const void* p, size_t bytes);
 void clear_globals();
 
 struct LaunchStats {
-  long long races = 0, oob = 0, smem_reads = 0, smem_writes = 0;
+  long long races = 0, poisoned_reads = 0, oob = 0, smem_reads = 0, smem_writes = 0;
 };
 extern LaunchStats stats;
 extern bool land_late;  // true: cp.async lands at wait_group (NaN until then); false: at issue
@@ -109,6 +121,7 @@ inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
 inline unsigned long long __cvta_generic_to_shared(const void* p) {
   return static_cast<unsigned long long>(static_cast<const unsigned char*>(p) - emu::smem_buffer);
 }
+inline bool __any_sync(unsigned, bool p) { return emu::vote_any(p); }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 
 template <class T>

@@ -1,4 +1,5 @@
-// Emulator stand-in for csrc/kernels/common/cp_async.cuh.
+// Emulator stand-in for csrc/kernels/common/cp_async.cuh (shared by both emulators; emu::cp_async checks
+// alignment, bounds and the source range).
 #pragma once
 #include "emu_runtime.h"
 

@@ -28,7 +28,6 @@ struct Copy {
   const unsigned char* src;
   int bytes;
   bool pred;
-  int issue_epoch;
 };
 
 struct Thread {
@@ -37,7 +36,8 @@ struct Thread {
   ucontext_t ctx;
   std::unique_ptr<char[]> stack;
   bool done = false;
-  int epoch = 0;           // barriers passed
+  int epoch = 0;           // block barriers passed
+  int wsync = 0;           // __syncwarp()s passed
   long long coll_seq = 0;  // warp collectives entered
   std::vector<Copy> open_group;
   std::deque<std::vector<Copy>> pending;
@@ -45,7 +45,7 @@ struct Thread {
 
 namespace {
 
-constexpr int kStackBytes = 256 * 1024;
+constexpr int kStackBytes = 512 * 1024;
 std::vector<std::unique_ptr<Thread>> g_threads;
 Thread* g_cur = nullptr;
 ucontext_t g_sched;
@@ -61,14 +61,18 @@ struct WarpSlot {
   unsigned char data[32][64];
 };
 std::vector<WarpSlot> g_slots;  // [warp * 2 + seq % 2]
-std::vector<int> g_barrier_arrived;  // per epoch, ring of 2
+int g_barrier_arrived[2];
+int g_barrier_value[2][3];  // count / or / and accumulators per epoch parity
 
-struct ByteState {
-  int w_epoch = -1, r_epoch = -1;
-  int writer = -1, reader = -1;
-  bool multi_reader = false;
+struct Read {
+  int tid, wsync;
 };
-std::vector<ByteState> g_bytes;
+struct Word {
+  int w_tid = -1, w_epoch = -1, w_wsync = 0;
+  int r_epoch = -1;
+  std::vector<Read> reads;
+};
+std::vector<Word> g_words;
 
 struct GlobalRange {
   const unsigned char* lo;
@@ -81,60 +85,82 @@ void yield() { swapcontext(&g_cur->ctx, &g_sched); }
 void entry() {
   (*g_kernel)();
   g_cur->done = true;
-  if (!g_cur->open_group.empty() || !g_cur->pending.empty()) {
-    // copies still in flight at exit: land them so the data is at least defined, but count it
-    for (auto& grp : g_cur->pending)
-      for (auto& c : grp) std::memcpy(smem_buffer + c.dst, c.src, c.pred ? c.bytes : 0);
-  }
+  for (auto& grp : g_cur->pending)
+    for (auto& c : grp)
+      if (c.bytes && c.pred) std::memcpy(smem_buffer + c.dst, c.src, c.bytes);
   swapcontext(&g_cur->ctx, &g_sched);
 }
 
-void race(const char* what, unsigned off, int other) {
+void race(const char* what, unsigned word, int other) {
   ++stats.races;
-  if (stats.races <= 5)
-    std::fprintf(stderr, "RACE (%s) at smem byte %u: thread %d vs thread %d, epoch %d\n", what, off, g_cur->tid, other,
-                 g_cur->epoch);
+  if (stats.races <= 8)
+    std::fprintf(stderr, "RACE (%s) at smem byte %u: thread %d vs thread %d, epoch %d, block (%u,%u)\n", what,
+                 word * 4, g_cur->tid, other, g_cur->epoch, block_idx.x, block_idx.y);
 }
 
-void do_write(unsigned off, int bytes, int tid, int epoch) {
-  for (int i = 0; i < bytes; ++i) {
-    ByteState& b = g_bytes[off + i];
-    if (b.r_epoch == epoch && (b.reader != tid || b.multi_reader)) race("write after read", off + i, b.reader);
-    if (b.w_epoch == epoch && b.writer != tid) race("write after write", off + i, b.writer);
-    b.w_epoch = epoch;
-    b.writer = tid;
+// Is an earlier access by thread `tid` at (epoch, wsync) ordered before the current thread's access?
+bool ordered(int tid, int epoch, int wsync) {
+  const Thread* t = g_cur;
+  if (tid == t->tid) return true;
+  if (epoch < t->epoch) return true;
+  return (tid / 32 == t->warp) && wsync < t->wsync;
+}
+
+void do_write(unsigned off, int bytes) {
+  ++stats.smem_writes;
+  for (unsigned w = off / 4; w < (off + bytes + 3) / 4; ++w) {
+    Word& x = g_words[w];
+    if (x.w_epoch >= 0 && !ordered(x.w_tid, x.w_epoch, x.w_wsync)) race("write after write", w, x.w_tid);
+    if (x.r_epoch >= 0)
+      for (const Read& r : x.reads)
+        if (!ordered(r.tid, x.r_epoch, r.wsync)) {
+          race("write after read", w, r.tid);
+          break;
+        }
+    x.w_tid = g_cur->tid;
+    x.w_epoch = g_cur->epoch;
+    x.w_wsync = g_cur->wsync;
+    x.reads.clear();
+    x.r_epoch = -1;
   }
 }
 
-void land(const Copy& c, int tid, int epoch) {
+void land(const Copy& c) {
   if (c.pred) std::memcpy(smem_buffer + c.dst, c.src, c.bytes);
   else std::memset(smem_buffer + c.dst, 0, c.bytes);
-  do_write(c.dst, c.bytes, tid, epoch);
+  do_write(c.dst, c.bytes);
 }
 
 }  // namespace
 
-Thread* cur() { return g_cur; }
 const uint3_& thread_idx() { return g_cur->tidx; }
+int lane() { return g_cur->lane; }
 
 void note_smem_read(unsigned off, int bytes) {
-  if (off + bytes > static_cast<unsigned>(g_smem_bytes)) fail("shared read [%u, %u) beyond the %d-byte allocation", off, off + bytes, g_smem_bytes);
-  for (int i = 0; i < bytes; ++i) {
-    ByteState& b = g_bytes[off + i];
-    if (b.w_epoch == g_cur->epoch && b.writer != g_cur->tid) race("read after write", off + i, b.writer);
-    if (b.r_epoch == g_cur->epoch) {
-      if (b.reader != g_cur->tid) b.multi_reader = true;
-    } else {
-      b.r_epoch = g_cur->epoch;
-      b.reader = g_cur->tid;
-      b.multi_reader = false;
+  if (off + bytes > static_cast<unsigned>(g_smem_bytes))
+    fail("shared read [%u, %u) beyond the %d-byte allocation (thread %d)", off, off + bytes, g_smem_bytes, g_cur->tid);
+  ++stats.smem_reads;
+  for (unsigned w = off / 4; w < (off + bytes + 3) / 4; ++w) {
+    Word& x = g_words[w];
+    if (x.w_epoch >= 0 && !ordered(x.w_tid, x.w_epoch, x.w_wsync)) race("read after write", w, x.w_tid);
+    if (x.r_epoch != g_cur->epoch) {
+      x.reads.clear();
+      x.r_epoch = g_cur->epoch;
     }
+    bool found = false;
+    for (Read& r : x.reads)
+      if (r.tid == g_cur->tid) {
+        r.wsync = g_cur->wsync;
+        found = true;
+      }
+    if (!found) x.reads.push_back({g_cur->tid, g_cur->wsync});
   }
 }
 
 void note_smem_write(unsigned off, int bytes) {
-  if (off + bytes > static_cast<unsigned>(g_smem_bytes)) fail("shared write [%u, %u) beyond the %d-byte allocation", off, off + bytes, g_smem_bytes);
-  do_write(off, bytes, g_cur->tid, g_cur->epoch);
+  if (off + bytes > static_cast<unsigned>(g_smem_bytes))
+    fail("shared write [%u, %u) beyond the %d-byte allocation (thread %d)", off, off + bytes, g_smem_bytes, g_cur->tid);
+  do_write(off, bytes);
 }
 
 void register_global(const void* p, size_t bytes) {
@@ -153,16 +179,17 @@ void cp_async(unsigned smem_off, const void* src, int bytes, bool pred) {
     if (stats.oob <= 5) std::fprintf(stderr, "OOB cp.async source (pred=%d) by thread %d\n", pred, g_cur->tid);
     pred = false;
   }
+  if (smem_off % bytes) fail("cp.async destination %u not %d-byte aligned", smem_off, bytes);
+  if (reinterpret_cast<uintptr_t>(src) % bytes) fail("cp.async source not %d-byte aligned", bytes);
   if (smem_off + bytes > static_cast<unsigned>(g_smem_bytes)) fail("cp.async destination beyond the smem allocation");
-  Copy c{smem_off, s, bytes, pred, g_cur->epoch};
+  Copy c{smem_off, s, bytes, pred};
   if (land_late) {
-    // poison until landed: a premature reader sees NaN (0xffff pairs)
-    std::memset(smem_buffer + smem_off, 0xff, bytes);
-    do_write(smem_off, bytes, g_cur->tid, g_cur->epoch);
+    std::memset(smem_buffer + smem_off, 0xff, bytes);  // NaN until landed
+    do_write(smem_off, bytes);
     g_cur->open_group.push_back(c);
   } else {
-    land(c, g_cur->tid, g_cur->epoch);
-    g_cur->open_group.push_back(Copy{smem_off, s, 0, pred, g_cur->epoch});  // keep group counts honest
+    land(c);
+    g_cur->open_group.push_back(Copy{smem_off, s, 0, pred});  // keep group counts honest
   }
 }
 
@@ -174,22 +201,35 @@ void cp_async_commit() {
 void cp_async_wait(int n) {
   while (static_cast<int>(g_cur->pending.size()) > n) {
     for (auto& c : g_cur->pending.front())
-      if (c.bytes) land(c, g_cur->tid, g_cur->epoch);
+      if (c.bytes) land(c);
     g_cur->pending.pop_front();
   }
 }
 
-void syncthreads() {
+int syncthreads_reduce(int pred, int op) {
   const int e = g_cur->epoch;
+  int* acc = g_barrier_value[e % 2];
+  if (g_barrier_arrived[e % 2] == 0) {
+    acc[0] = 0;
+    acc[1] = 0;
+    acc[2] = 1;
+  }
+  acc[0] += pred ? 1 : 0;
+  acc[1] |= pred ? 1 : 0;
+  acc[2] &= pred ? 1 : 0;
   g_barrier_arrived[e % 2]++;
   if (g_barrier_arrived[e % 2] == g_threads_per_block) g_barrier_arrived[(e + 1) % 2] = 0;
   long spins = 0;
   while (g_barrier_arrived[e % 2] < g_threads_per_block) {
     yield();
-    if (++spins > 1000000) fail("barrier deadlock (thread %d, epoch %d)", g_cur->tid, e);
+    if (++spins > 2000000) fail("barrier deadlock (thread %d, epoch %d)", g_cur->tid, e);
   }
+  const int result = acc[op];
   g_cur->epoch = e + 1;
+  return result;
 }
+
+void syncthreads() { syncthreads_reduce(0, 0); }
 
 void warp_collective(const char* op, const void* in, int in_bytes,
                      const std::function<void(const unsigned char* const*)>& fn) {
@@ -199,7 +239,7 @@ void warp_collective(const char* op, const void* in, int in_bytes,
   long spins = 0;
   while (s.seq != seq && s.seq != -1 && s.departed < 32) {  // previous user of this slot still reading
     yield();
-    if (++spins > 1000000) fail("collective slot deadlock");
+    if (++spins > 2000000) fail("collective slot deadlock");
   }
   if (s.seq != seq) {
     s.seq = seq;
@@ -214,7 +254,7 @@ void warp_collective(const char* op, const void* in, int in_bytes,
   spins = 0;
   while (s.arrived < 32) {
     yield();
-    if (++spins > 1000000) fail("warp %d collective %s deadlock (lane %d)", t->warp, op, t->lane);
+    if (++spins > 2000000) fail("warp %d collective %s deadlock (lane %d)", t->warp, op, t->lane);
   }
   const unsigned char* ptrs[32];
   for (int l = 0; l < 32; ++l) ptrs[l] = s.data[l];
@@ -222,11 +262,10 @@ void warp_collective(const char* op, const void* in, int in_bytes,
   s.departed++;
 }
 
-float shfl_xor(float v, int mask) {
-  float out = 0;
-  const int lane = g_cur->lane;
-  warp_collective("shfl", &v, 4, [&](const unsigned char* const* all) { std::memcpy(&out, all[lane ^ mask], 4); });
-  return out;
+void syncwarp() {
+  int dummy = 0;
+  warp_collective("syncwarp", &dummy, 4, [](const unsigned char* const*) {});
+  g_cur->wsync++;
 }
 
 bool vote_any(bool p) {
@@ -244,15 +283,14 @@ void launch(uint3_ grid, int threads, int smem_bytes, const std::function<void()
   g_threads_per_block = threads;
   g_smem_bytes = smem_bytes;
   g_kernel = &kernel;
-  g_bytes.assign(smem_bytes, ByteState{});
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         block_idx = {x, y, z};
-        std::memset(smem_buffer, 0xff, kSmemCapacity);  // stale shared memory reads as NaN
-        for (auto& b : g_bytes) b = ByteState{};
+        std::memset(smem_buffer, 0xff, kSmemCapacity);  // stale shared memory reads as NaN / -1
+        g_words.assign((smem_bytes + 3) / 4, Word{});
         g_slots.assign(threads / 32 * 2, WarpSlot{});
-        g_barrier_arrived.assign(2, 0);
+        g_barrier_arrived[0] = g_barrier_arrived[1] = 0;
         g_threads.clear();
         for (int i = 0; i < threads; ++i) {
           auto th = std::make_unique<Thread>();
@@ -268,7 +306,6 @@ void launch(uint3_ grid, int threads, int smem_bytes, const std::function<void()
           makecontext(&th->ctx, entry, 0);
           g_threads.push_back(std::move(th));
         }
-        // round-robin until every thread has finished
         for (;;) {
           bool any = false;
           for (auto& th : g_threads) {
@@ -279,7 +316,6 @@ void launch(uint3_ grid, int threads, int smem_bytes, const std::function<void()
           }
           if (!any) break;
         }
-        // every thread must have passed the same number of barriers
         for (auto& th : g_threads)
           if (th->epoch != g_threads[0]->epoch) fail("threads passed different numbers of barriers");
       }
