@@ -6,25 +6,12 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "launchers/config.h"
 #include "kernels/attention/params.cuh"
 
 namespace tunelab::launchers::attention {
 
 namespace {
-
-std::string join(const std::vector<long long>& v) {
-    std::ostringstream s;
-    s << "[";
-    for (size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
-    s << "]";
-    return s.str();
-}
-
-std::string join_names(const std::vector<std::string>& v) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
-    return s + "]";
-}
 
 [[noreturn]] void bad(const std::string& msg) { throw ConfigError("attention config: " + msg); }
 
@@ -59,19 +46,7 @@ const std::vector<int>& head_dims() {
 Parsed validate(const Config& config, int head_dim, int dtype) {
     const auto& names = param_names();
     const auto& choices = param_choices();
-    for (const auto& [key, value] : config) {
-        if (std::find(names.begin(), names.end(), key) == names.end())
-            bad("unknown parameter '" + key + "'; the parameters are " + join_names(names));
-    }
-    std::map<std::string, int> v;
-    for (const auto& name : names) {
-        auto it = config.find(name);
-        if (it == config.end()) bad("missing parameter '" + name + "'; the parameters are " + join_names(names));
-        const auto& ok = choices.at(name);
-        if (std::find(ok.begin(), ok.end(), it->second) == ok.end())
-            bad(name + "=" + std::to_string(it->second) + " is not accepted; accepted values are " + join(ok));
-        v[name] = static_cast<int>(it->second);
-    }
+    std::map<std::string, int> v = checked("attention", config, names, choices);
     const auto& dims = head_dims();
     if (std::find(dims.begin(), dims.end(), head_dim) == dims.end()) {
         std::vector<long long> d(dims.begin(), dims.end());

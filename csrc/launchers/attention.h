@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "launchers/config.h"
 
 namespace tunelab::launchers::attention {
 
 // A config: tunable name -> value (the names of param_names()).
-using Config = std::map<std::string, long long>;
+using Config = launchers::Config;
 
 // Bad tensors or scalars raise tunelab::InputError, bad config values tunelab::ConfigError (core/errors.h).
 using tunelab::InputError;

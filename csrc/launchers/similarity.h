@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "launchers/config.h"
 
 namespace tunelab::launchers::similarity {
 
-using Config = std::map<std::string, long long>;
+using Config = launchers::Config;
 
 // Bad tensors or scalars raise tunelab::InputError, bad config values tunelab::ConfigError (core/errors.h).
 using tunelab::InputError;
