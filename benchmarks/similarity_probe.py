@@ -1,0 +1,129 @@
+"""Where the fused top-k search spends its time (issue 5's diagnosis), on the GPU.
+
+For each shape (fp16, d = 768, k = 10, inner product) and each config variant, times with the core's protocol
+(L2 flush, CUDA events, median of the samples):
+
+  search    the search kernel alone (grid: query tiles x splits), random normal queries;
+  mainloop  the same kernel on all-zero queries: every key is 0, so after a split's first tile its list holds the
+            split's first k rows and no later key passes the pre-check (ties go to the smaller index); the top-k
+            epilogue runs once per split, and the time is the GEMM main loop plus that one epilogue;
+  merge     the merge kernel alone (one block per query over splits x k candidates);
+  torch     torch.topk(Q @ C.T) on the same inputs, once per shape.
+
+The difference search - mainloop is what the per-tile top-k epilogue costs. Results go to
+benchmarks/results/similarity_probe.json with the environment fingerprint; a table is printed last.
+
+  python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
+  python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import summarize, write_result  # noqa: E402
+
+D, K = 768, 10
+
+
+def variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """(name, config overrides on the default, forced splits or None) to probe for nq queries."""
+    v = [("default", {}, None)]
+    for s in (132, 264, 396):
+        v.append((f"splits={s}", {}, s))
+    v += [
+        ("BLOCK_N=128,WARPS_N=2", {"BLOCK_N": 128, "WARPS_N": 2}, None),
+        ("BLOCK_N=128,WARPS_N=4", {"BLOCK_N": 128, "WARPS_N": 4}, None),
+        ("BLOCK_N=64,WARPS_N=2", {"BLOCK_N": 64, "WARPS_N": 2}, None),
+        ("EPI_ROWS=64", {"EPI_ROWS": 64}, None),
+        ("MERGE=0", {"MERGE": 0}, None),
+        ("MERGE=1", {"MERGE": 1}, None),
+        ("BLOCK_K=32", {"BLOCK_K": 32}, None),
+        ("BLOCK_K=128,STAGES=2", {"BLOCK_K": 128, "STAGES": 2}, None),
+        ("STAGES=4", {"STAGES": 4}, None),
+        ("WARPS_Q=1", {"WARPS_Q": 1}, None),
+        ("WARPS_Q=4,WARPS_N=2", {"WARPS_Q": 4, "WARPS_N": 2}, None),
+    ]
+    return v
+
+
+def main() -> int:
+    import numpy as np
+    import torch
+
+    from tunelab.errors import TunelabError
+    from tunelab.ops import similarity as S
+    from tunelab.timing import time_callable
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
+    ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
+    args = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
+
+    dev = torch.cuda.current_device()
+    arch = S._arch(dev)
+    stream = int(torch.cuda.current_stream().cuda_stream)
+    rows = []
+    for nq, n in shapes:
+        g = torch.Generator(device="cuda").manual_seed(0)
+        corpus = torch.randn(n, D, device="cuda", dtype=torch.float16, generator=g)
+        queries = torch.randn(nq, D, device="cuda", dtype=torch.float16, generator=g)
+        zeros = torch.zeros_like(queries)
+        torch_us = None
+        if not args.ncu:
+            torch_us = summarize(time_callable(lambda: torch.topk(queries @ corpus.T, K, dim=1), samples=30))
+        base = S.default_config(nq, K, "float16", D)
+        for name, over, splits in variants(nq):
+            cfg = S.fit_config({**base, **over}, K, "float16", S.smem_limit(arch), "ip")
+            try:
+                comp = S.compile_search(cfg, dtype="float16", metric="ip", arch=arch)
+            except TunelabError as exc:
+                rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "error": str(exc)[:200]})
+                continue
+            plan = comp.plan(dev, nq, n, K, splits)
+            ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
+            ci = torch.empty((plan["splits"], nq, K), dtype=torch.int32, device="cuda")
+            sc = torch.empty((nq, K), dtype=torch.float32, device="cuda")
+            ix = torch.empty((nq, K), dtype=torch.int64, device="cuda")
+            p_search, p_merge = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan)
+            p_zero, _ = comp.prepare(dev, zeros, corpus, K, ck, ci, sc, ix, plan)
+            if args.ncu:
+                for p in (p_search, p_zero):
+                    p(stream)
+                torch.cuda.synchronize()
+                print(f"launched {name}: grid {plan['q_tiles']}x{plan['splits']}", flush=True)
+                continue
+            samples = 30 if n >= 1_000_000 else 100
+            t_search = summarize(time_callable(p_search, samples=samples))
+            t_zero = summarize(time_callable(p_zero, samples=samples))
+            t_merge = summarize(time_callable(p_merge, samples=samples))
+            res = comp.resources
+            rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
+                         "tiles_per_split": plan["tiles_per_split"], "registers": res.registers,
+                         "blocks_per_sm": comp.blocks_per_sm(dev, K), "search_us": t_search,
+                         "mainloop_us": t_zero, "merge_us": t_merge, "torch_us": torch_us})
+            print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "
+                  f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} "
+                  f"merge {t_merge['median']:>7.1f} torch {torch_us['median']:>9.1f}", flush=True)
+        del corpus
+        torch.cuda.empty_cache()
+    if args.ncu:
+        return 0
+    path = write_result("similarity_probe", {"rows": rows})
+    print(f"wrote {path}")
+    print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'epilogue':>9} {'merge':>7} {'torch':>9}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} error: {r['error'][:60]}")
+            continue
+        s, m = r["search_us"]["median"], r["mainloop_us"]["median"]
+        print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} {s:>9.1f} {m:>9.1f} {s - m:>9.1f} "
+              f"{r['merge_us']['median']:>7.1f} {r['torch_us']['median']:>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
