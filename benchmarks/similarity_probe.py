@@ -50,7 +50,6 @@ def variants(nq: int) -> list[tuple[str, dict, int | None]]:
 
 
 def main() -> int:
-    import numpy as np
     import torch
 
     from tunelab.errors import TunelabError
@@ -108,7 +107,7 @@ def main() -> int:
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "
                   f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} "
                   f"merge {t_merge['median']:>7.1f} torch {torch_us['median']:>9.1f}", flush=True)
-        del corpus
+        corpus = queries = zeros = None
         torch.cuda.empty_cache()
     if args.ncu:
         return 0
