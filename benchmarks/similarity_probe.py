@@ -76,11 +76,11 @@ def main() -> int:
             torch_us = summarize(time_callable(lambda: torch.topk(queries @ corpus.T, K, dim=1), samples=30))
         base = S.default_config(nq, K, "float16", D)
         for name, over, splits in variants(nq):
-            cfg = S.fit_config({**base, **over}, K, "float16", S.smem_limit(arch), "ip")
             try:
+                cfg = S.fit_config({**base, **over}, K, "float16", S.smem_limit(arch), "ip")
                 comp = S.compile_search(cfg, dtype="float16", metric="ip", arch=arch)
             except TunelabError as exc:
-                rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "error": str(exc)[:200]})
+                rows.append({"nq": nq, "n": n, "variant": name, "config": {**base, **over}, "error": str(exc)[:200]})
                 continue
             plan = comp.plan(dev, nq, n, K, splits)
             ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
