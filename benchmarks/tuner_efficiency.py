@@ -35,10 +35,11 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "tuner_efficiency.json"
 
 STRATEGIES = {
     "lhs+tpe": {"sampler": "tpe", "seed_trials": 20},
-    "tpe": {"sampler": "tpe", "seed_trials": 0},
-    "random": {"sampler": "random", "seed_trials": 0},
-    "grid": {"sampler": "grid", "seed_trials": 0},
-    "cmaes": {"sampler": "cmaes", "seed_trials": 0},
+    "lhs+tpe-nolocal": {"sampler": "tpe", "seed_trials": 20, "local_every": 0},
+    "tpe": {"sampler": "tpe", "seed_trials": 0, "local_every": 0},
+    "random": {"sampler": "random", "seed_trials": 0, "local_every": 0},
+    "grid": {"sampler": "grid", "seed_trials": 0, "local_every": 0},
+    "cmaes": {"sampler": "cmaes", "seed_trials": 0, "local_every": 0},
 }
 THRESHOLDS = (0.05, 0.02)
 

@@ -41,7 +41,7 @@ def run(config, trials, **kw):
 
 
 def test_measured_config_is_answered_from_the_study():
-    r, backend = run(GOOD, trials=4)
+    r, backend = run(GOOD, trials=4, local_every=0)  # local search would also unstick it: test injection alone
     # Every measurement is of a distinct config, and the budget counts distinct evaluations.
     assert len(backend.measured) == len(set(backend.measured)) == 4
     assert Counter(backend.prepared)[config_key(GOOD)] == 1

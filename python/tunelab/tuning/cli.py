@@ -85,6 +85,11 @@ def register(subparsers) -> None:
                    help="stop when the best has not improved for M evaluations")
     p.add_argument("--seed-from", metavar="SOURCE",
                    help="extra seeds: a results/replay JSON (its top configs), study:NAME, or 'occupancy'")
+    p.add_argument("--local-every", type=int, default=3, metavar="N",
+                   help="after the seeds, one proposal in N is a one-change neighbour of the best configs "
+                        "(local search; default 3, 0 = off)")
+    p.add_argument("--local-width", type=_positive_int, default=5, metavar="W",
+                   help="local search refines the neighbours of the W best configs (default 5)")
     p.add_argument("--compile-workers", type=_positive_int, help="compile threads (default: cores, at most 8)")
     p.add_argument("--measure-timeout", type=_positive_float, default=60.0,
                    help="seconds before a hanging measurement is killed (default 60)")
@@ -148,6 +153,7 @@ def cmd_tune(args) -> int:
                   target_speedup=args.target_speedup, top_k=args.top_k, confirm_rounds=args.confirm_rounds,
                   confirm=not args.no_confirm, storage=args.storage, study_name=args.study_name,
                   replay=args.replay, seed_from=args.seed_from, compile_workers=args.compile_workers,
+                  local_every=args.local_every, local_width=args.local_width,
                   measure_timeout=args.measure_timeout, progress=not args.quiet,
                   save_to_store=False if args.no_store else None, results_path=args.results)
     console = Console()

@@ -13,6 +13,10 @@ One search step, for a candidate the sampler proposes:
    numerics/memory rejection -> PRUNED; trap/crash/timeout/error -> FAIL with reason (and remembered, so the
    config is never run again).
 
+Proposals: the sampler's, except that once the seeds are through one ask in ``local_every`` (default 3) is given
+to the local search (:mod:`tunelab.tuning.local_search`): a fresh one-change neighbour of the best measured
+configs, enqueued as a fixed trial (source ``local``) so the sampler sees its result like any other.
+
 Budget: ``trials`` counts *evaluations*, i.e. distinct configs that reached compilation; duplicates and
 static rejections cost nothing and do not count. It is the study's total, so a resumed study continues up to
 it. ``timeout`` bounds the search's wall clock (confirmation comes after), ``patience`` stops when the best
@@ -39,6 +43,7 @@ from tunelab import stats
 from tunelab.tuning.backend import Backend, Outcome, Prepared
 from tunelab.tuning.family import Rejection, TunableFamily
 from tunelab.tuning.gates import GateTable, static_rejection
+from tunelab.tuning.local_search import LocalSearch
 from tunelab.tuning.samplers import Codec
 from tunelab.tuning.space import Config, SearchSpace
 from tunelab.tuning.study import ATTR, Known, Memory, info, jsonable
@@ -64,6 +69,8 @@ class SearchOptions:
     max_duplicate_streak: int = 25         # then inject an unevaluated valid config
     max_asks_factor: int = 50              # hard cap on asks: factor * trials + 1000
     ordered: bool = True                   # measure in ask order (deterministic) vs first compiled
+    local_every: int = 3                   # after seeding, one proposal in this many is a local-search one (0: off)
+    local_width: int = 5                   # local search refines the neighbours of this many best configs
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -116,6 +123,11 @@ class SearchDriver:
         self.evaluated = 0
         self.duplicates = 0
         self.history: list[tuple[int, float]] = []  # (evaluation index, value) of measured trials, in order
+        self.local: LocalSearch | None = None
+        if options.local_every:
+            self.local = LocalSearch(space, lambda c: static_rejection(family, space, c, problem) is None,
+                                     every=options.local_every, width=options.local_width, seed=seed)
+        self._seeding = True
         self._rebuild_counts()
 
     # -- state from the study ------------------------------------------------------------------------------------
@@ -255,6 +267,26 @@ class SearchDriver:
                        "duplicates": self.duplicates})
 
     # -- candidates ------------------------------------------------------------------------------------------------
+    def _seeding_over(self) -> bool:
+        """True once no enqueued seed waits in the study (checked until it first holds)."""
+        if self._seeding:
+            self._seeding = bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        return not self._seeding
+
+    def _ranked(self):
+        """(key, config) of the measured configs, fastest first."""
+        ok = sorted(((k.value, k.trial, key) for key, k in self.memory.by_key.items() if k.status == "ok"))
+        for _, _, key in ok:
+            yield key, self.space.from_key(key)
+
+    def _enqueue_local(self, inflight: dict) -> None:
+        """Give this slot to the local search when its turn has come and it has a fresh neighbour."""
+        if self.local is None or not self._seeding_over() or not self.local.wants_slot():
+            return
+        config = self.local.propose(self._ranked(), lambda k: k in self.memory or k in inflight)
+        if config is not None:
+            self.study.enqueue_trial(self.codec.encode(config), user_attrs={"source": "local"})
+
     def _inject(self, inflight: dict) -> bool:
         """Enqueue a random valid config the study has not seen; False when none is left."""
         pool = self.valid_pool()
@@ -349,6 +381,7 @@ class SearchDriver:
                         asking, reason = False, "sampler stuck (ask cap reached)"
                         break
                     t0 = time.perf_counter()
+                    self._enqueue_local(inflight)
                     trial = self.study.ask(dists)
                     self.clock.sampler_s += time.perf_counter() - t0
                     asks += 1
