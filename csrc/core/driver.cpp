@@ -208,7 +208,8 @@ std::vector<std::pair<size_t, size_t>> Function::param_info() const {
     return out;
 }
 
-int Function::driver_occupancy(int threads, size_t dynamic_smem) const {
+int Function::driver_occupancy(int threads, size_t dynamic_smem) {
+    if (dynamic_smem > size_t(max_dynamic_smem_)) set_max_dynamic_smem(int(dynamic_smem));
     int blocks = 0;
     check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn_, threads, dynamic_smem),
           "cuOccupancyMaxActiveBlocksPerMultiprocessor");

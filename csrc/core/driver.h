@@ -44,7 +44,9 @@ public:
     void set_max_dynamic_smem(int bytes);
     // (offset, size) of each kernel parameter, from the driver (CUDA >= 12.4).
     std::vector<std::pair<size_t, size_t>> param_info() const;
-    int driver_occupancy(int threads, size_t dynamic_smem) const;
+    // Resident blocks per SM for `threads` and `dynamic_smem`; raises the function's dynamic shared-memory limit
+    // first when `dynamic_smem` is above it (the driver answers 0 blocks otherwise), as a launch would.
+    int driver_occupancy(int threads, size_t dynamic_smem);
     int max_dynamic_smem() const { return max_dynamic_smem_; }
 
 private:

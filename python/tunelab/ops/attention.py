@@ -34,11 +34,12 @@ import math
 import threading
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from tunelab import _core
 from tunelab.ops import config as _config
+from tunelab.ops.loading import DeviceFunctions
 from tunelab.errors import ConfigError, InputError, TunelabError
 
 #: Head dims the kernel supports (32 and 96 and 256 included: every tunable combination that fits is valid).
@@ -133,8 +134,9 @@ class CompiledAttention:
     result: Any  # _core.CompileResult
     smem_bytes: int
     threads: int
-    _functions: dict = field(default_factory=dict, repr=False)
-    _lock: Any = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self):
+        self._loaded = DeviceFunctions(self.result.cubin, [self.lowered_name])
 
     @property
     def resources(self):
@@ -148,21 +150,7 @@ class CompiledAttention:
 
     def function(self, device: int = 0):
         """The loaded kernel on CUDA device ``device`` (loaded once per device; needs a GPU)."""
-        fn = self._functions.get(device)
-        if fn is None:
-            with self._lock:
-                fn = self._functions.get(device)
-                if fn is None:
-                    import torch
-
-                    with torch.cuda.device(device):
-                        torch.cuda.init()
-                        # the Function holds a reference that keeps its module loaded
-                        fn = _core.Module(self.result.cubin).function(self.lowered_name)
-                        if self.smem_bytes > 48 * 1024:
-                            fn.set_max_dynamic_smem(self.smem_bytes)
-                    self._functions[device] = fn
-        return fn
+        return self._loaded.get(device)[0]
 
     def launch_args(self, q, k, v, out, lse, causal_offset: int, scale: float):
         """(grid, block, smem, ArgPack) for tensors in the (B, H, S, D) logical layout (any strides)."""

@@ -43,6 +43,7 @@ from typing import Any, Mapping
 
 from tunelab import _core
 from tunelab.ops import config as _config
+from tunelab.ops.loading import DeviceFunctions
 from tunelab.errors import InputError
 
 _S = _core.similarity
@@ -234,10 +235,12 @@ class CompiledSearch:
     result: Any
     threads: int
     static_smem: int
-    _functions: dict = field(default_factory=dict, repr=False)
-    _smem_set: dict = field(default_factory=dict, repr=False)
     _occupancy: dict = field(default_factory=dict, repr=False)
-    _lock: Any = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self):
+        names = self.result.lowered_names
+        self._loaded = DeviceFunctions(self.result.cubin, [names[self.search_expr], names[self.merge_exprs[8]],
+                                                           names[self.merge_exprs[4]]])
 
     @property
     def dtype_code(self) -> int:
@@ -264,35 +267,14 @@ class CompiledSearch:
 
     def functions(self, device: int):
         """(search, merge8, merge4) loaded on ``device`` (once per device)."""
-        fns = self._functions.get(device)
-        if fns is None:
-            with self._lock:
-                fns = self._functions.get(device)
-                if fns is None:
-                    import torch
-
-                    with torch.cuda.device(device):
-                        torch.cuda.init()
-                        module = _core.Module(self.result.cubin)
-                        names = self.result.lowered_names
-                        fns = (module.function(names[self.search_expr]), module.function(names[self.merge_exprs[8]]),
-                               module.function(names[self.merge_exprs[4]]))
-                    self._functions[device] = fns
-        return fns
-
-    def _ensure_smem(self, fn, key, smem: int) -> None:
-        if smem > 48 * 1024 and self._smem_set.get(key, 0) < smem:
-            fn.set_max_dynamic_smem(int(smem))
-            self._smem_set[key] = smem
+        return self._loaded.get(device)
 
     def blocks_per_sm(self, device: int, k: int) -> int:
         """Resident search blocks per SM for ``k`` (the driver's occupancy answer)."""
         key = (device, k)
         if key not in self._occupancy:
             fn = self.functions(device)[0]
-            smem = self.smem_bytes(k)
-            self._ensure_smem(fn, ("search", device), smem)
-            self._occupancy[key] = max(1, int(fn.driver_occupancy(self.threads, smem)))
+            self._occupancy[key] = max(1, int(fn.driver_occupancy(self.threads, self.smem_bytes(k))))
         return self._occupancy[key]
 
     def plan(self, device: int, nq: int, n: int, k: int, splits: int | None = None) -> dict:
@@ -332,31 +314,23 @@ class CompiledSearch:
         """Launch the search kernel on ``device`` and ``stream`` (raising its dynamic shared-memory limit if
         needed); the other arguments are :meth:`search_args`'s."""
         grid, block, smem, pack = self.search_args(*args, **kwargs)
-        fn = self.functions(device)[0]
-        self._ensure_smem(fn, ("search", device), smem)
-        fn.launch(grid, block, smem, stream, pack)
+        self.functions(device)[0].launch(grid, block, smem, stream, pack)
 
     def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
         """Launch the merge kernel with the warp count :meth:`merge_args` picks for k on ``device`` and ``stream``;
         the other arguments are :meth:`merge_args`'s."""
         grid, block, smem, pack, warps = self.merge_args(*args, **kwargs)
-        fn = self.functions(device)[1 if warps == 8 else 2]
-        self._ensure_smem(fn, ("merge", warps, device), smem)
-        fn.launch(grid, block, smem, stream, pack)
+        self.functions(device)[1 if warps == 8 else 2].launch(grid, block, smem, stream, pack)
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict):
         """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer."""
         n = corpus.shape[0]
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
-        f_search = self.functions(device)[0]
-        self._ensure_smem(f_search, ("search", device), smem)
-        p1 = f_search.prepare(grid, block, smem, pack)
+        p1 = self.functions(device)[0].prepare(grid, block, smem, pack)
         grid, block, smem, pack, warps = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
                                                          out_score=scores, out_index=indices)
-        f_merge = self.functions(device)[1 if warps == 8 else 2]
-        self._ensure_smem(f_merge, ("merge", warps, device), smem)
-        p2 = f_merge.prepare(grid, block, smem, pack)
+        p2 = self.functions(device)[1 if warps == 8 else 2].prepare(grid, block, smem, pack)
         return p1, p2
 
 
@@ -419,8 +393,6 @@ class CompiledGram:
     threads: int
     smem: int
     epilogue: int = 0
-    _functions: dict = field(default_factory=dict, repr=False)
-    _lock: Any = field(default_factory=threading.Lock, repr=False)
 
     @property
     def dtype_code(self) -> int:
@@ -434,20 +406,7 @@ class CompiledGram:
 
     def function(self, device: int):
         """The loaded Gram kernel on CUDA device ``device`` (loaded once per device; needs a GPU)."""
-        fn = self._functions.get(device)
-        if fn is None:
-            with self._lock:
-                fn = self._functions.get(device)
-                if fn is None:
-                    import torch
-
-                    with torch.cuda.device(device):
-                        torch.cuda.init()
-                        fn = _core.Module(self.result.cubin).function(self.result.lowered_names[self.expr])
-                        if self.smem > 48 * 1024:
-                            fn.set_max_dynamic_smem(self.smem)
-                    self._functions[device] = fn
-        return fn
+        return self._loaded.get(device)[0]
 
     def launch_args(self, x, out, y=None):
         """(grid, block, smem, ArgPack) for states ``x`` (n, dim) and output ``out`` (n, n) float32; with ``y``
@@ -910,9 +869,7 @@ def search_unfused(queries, corpus, k: int, *, gemm_config: Mapping[str, Any] | 
                          indices.data_ptr(), nq, d, k, lists, list_len, list_len, mat.stride(0), True)
     pack = _core.ArgPack()
     pack.raw(blob, 8)
-    fn = merge.functions(dev)[1 if warps == 8 else 2]
-    merge._ensure_smem(fn, ("merge", warps, dev), smem)
-    fn.launch(grid, block, smem, stream, pack)
+    merge.functions(dev)[1 if warps == 8 else 2].launch(grid, block, smem, stream, pack)
     return scores, indices
 
 

@@ -1,0 +1,35 @@
+"""Compiled kernels loaded once per CUDA device: the one loader every op's compiled config uses."""
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+from tunelab import _core
+
+
+class DeviceFunctions:
+    """The kernels ``names`` (lowered names) of one cubin, loaded on each CUDA device the first time it is asked
+    for (thread-safe). Each ``_core.Function`` keeps its module loaded; launches and occupancy queries raise the
+    function's dynamic shared-memory limit themselves when a size above 48 KiB is asked for."""
+
+    def __init__(self, cubin: bytes, names: Sequence[str]):
+        self._cubin = cubin
+        self._names = tuple(names)
+        self._loaded: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device: int) -> tuple:
+        """The functions on ``device``, in the order of ``names`` (needs a GPU)."""
+        fns = self._loaded.get(device)
+        if fns is None:
+            with self._lock:
+                fns = self._loaded.get(device)
+                if fns is None:
+                    import torch
+
+                    with torch.cuda.device(device):
+                        torch.cuda.init()  # the context the functions load into is torch's
+                        module = _core.Module(self._cubin)
+                        fns = tuple(module.function(n) for n in self._names)
+                    self._loaded[device] = fns
+        return fns
