@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(Tr::kThreads) similarity_gram(const __grid_con
   LdsmLaneAddr<L, 1> la, lb;
   la.init(a_lane_row(lane), a_lane_half(lane));
   lb.init(b_lane_row(lane), b_lane_half(lane));
-  WarpMma<Tr::kDtype, Tr::kMT, Tr::kNT, false, Tr::kComplex> mma;
+  WarpMma<Tr::kDtype, Tr::kMT, Tr::kNT, false, Tr::kComplex, true> mma;  // RN accumulation: see mma_tile.cuh
   mma.zero();
 
 #pragma unroll

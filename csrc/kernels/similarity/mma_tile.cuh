@@ -4,10 +4,16 @@
 //
 // Element types: fp16 and bf16 use mma.m16n8k16 (exact products, fp32 accumulation). fp32 uses 3xTF32:
 // x = hi + lo with hi = tf32(x), lo = tf32(x - hi), and a*b ~= a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, three
-// m16n8k8 tf32 MMAs accumulating in fp32. The dropped a_lo*b_lo term and the rounding of lo are ~2^-22
-// relative per product, so dot products are as accurate as an fp32 FFMA loop (whose own summation error
-// over d = 768 terms is larger), which is what exact top-k agreement with an fp32 reference needs; plain
+// m16n8k8 tf32 MMAs. The dropped a_lo*b_lo term and the rounding of lo are ~2^-22 relative per product; plain
 // 1xTF32 (2^-11 per product) would reorder near neighbours and is deliberately not offered.
+// Accumulation: the tensor core adds into its C operand with truncation (round toward zero), so a running sum
+// kept inside the MMAs drifts by ~2^-23 of the *running* total at every one of the 3 * d / 8 MMAs - a bias that
+// grows linearly with d (measured on the H200: Gram error 3.5x cuBLAS's FP32-FMA error at 2 * 96 real columns,
+// 8-9x at 2 * 256). tf32x3_step therefore runs the three MMAs of one k-step on a zeroed 4-register partial and
+// adds that partial to the fp32 accumulator with ordinary round-to-nearest FADDs (the fix of Ootomo & Yokota,
+// "Recovering single precision accuracy from Tensor Cores while surpassing the FP32 theoretical peak
+// performance", 2022): truncation then applies only to one k-step's partial, and the summation over k-steps
+// is an fp32 FFMA loop's. WarpMma applies it where RN_ACC says so (the Gram kernel).
 #pragma once
 
 #include "common/cp_async.cuh"
@@ -18,6 +24,18 @@
 
 namespace tunelab {
 namespace sim {
+
+// One k-step (k = 8) of 3xTF32 into the fp32 accumulator c: a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (small terms
+// first, so they meet a partial sum of their own size) on a zeroed partial, then c += partial in round-to-nearest.
+__device__ __forceinline__ void tf32x3_step(float (&c)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
+                                            const unsigned (&bh)[2], const unsigned (&bl)[2]) {
+  float part[4] = {0.f, 0.f, 0.f, 0.f};
+  mma_tf32_m16n8k8(part, al, bh[0], bh[1]);
+  mma_tf32_m16n8k8(part, ah, bl[0], bl[1]);
+  mma_tf32_m16n8k8(part, ah, bh[0], bh[1]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c[i] += part[i];
+}
 
 template <int DTYPE>
 struct ElemInfo {
@@ -65,7 +83,11 @@ __device__ __forceinline__ int b_lane_half(int lane) { return (lane >> 3) & 1; }
 //            norms_kstep(); quad_reduce_norms() completes them.
 //   COMPLEX: inputs are interleaved complex64 (re, im) pairs; acc gets Re<a_i, b_j> = sum(re re + im im) and
 //            acc_im gets Im<a_i, b_j> = sum(re_a im_b - im_a re_b), i.e. <a_i, b_j> = sum conj(a_i) b_j.
-template <int DTYPE, int MT, int NT, bool NORMS, bool COMPLEX>
+// RN_ACC (3xTF32 only): accumulate each k-step's partial with round-to-nearest FADDs (tf32x3_step) instead of
+// inside the MMAs. The Gram kernel uses it (its output is the product itself); the top-k search does not: its
+// scores only rank candidates (the numerics gate checks them against float64 with a tie tolerance), and the 4
+// partial registers would make its 112-accumulator default spill.
+template <int DTYPE, int MT, int NT, bool NORMS, bool COMPLEX, bool RN_ACC = false>
 struct WarpMma {
   static_assert(!COMPLEX || DTYPE == kC64, "complex accumulation needs complex64 inputs");
   static constexpr int kMTi = COMPLEX ? MT : 1;
@@ -73,6 +95,17 @@ struct WarpMma {
   float acc[MT][NT][4];
   float acc_im[kMTi][kNTi][4];
   float nrm[MT][2];
+
+  __device__ __forceinline__ static void tf32x3(float (&c)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
+                                                const unsigned (&bh)[2], const unsigned (&bl)[2]) {
+    if constexpr (RN_ACC) {
+      tf32x3_step(c, ah, al, bh, bl);
+    } else {  // small terms first: they are then added to a partial sum of their own size
+      mma_tf32_m16n8k8(c, al, bh[0], bh[1]);
+      mma_tf32_m16n8k8(c, ah, bl[0], bl[1]);
+      mma_tf32_m16n8k8(c, ah, bh[0], bh[1]);
+    }
+  }
 
   __device__ __forceinline__ void zero() {
 #pragma unroll
@@ -182,12 +215,7 @@ struct WarpMma {
           bl[e] = to_tf32(x - __uint_as_float(bh[e]));
         }
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          // small terms first: they are then added to a partial sum of their own size
-          mma_tf32_m16n8k8(acc[mt][nt], al[mt], bh[0], bh[1]);
-          mma_tf32_m16n8k8(acc[mt][nt], ah[mt], bl[0], bl[1]);
-          mma_tf32_m16n8k8(acc[mt][nt], ah[mt], bh[0], bh[1]);
-        }
+        for (int mt = 0; mt < MT; ++mt) tf32x3(acc[mt][nt], ah[mt], al[mt], bh, bl);
         if constexpr (COMPLEX) {
           // B' = B rotated by -i: (re, im) -> (im, -re). The lane holding k = t holds the other half of its
           // complex element at k = t ^ 1, i.e. in lane ^ 1 (same row g); k = t + 4 has the same parity.
@@ -201,11 +229,7 @@ struct WarpMma {
             rl[e] = to_tf32(x - __uint_as_float(rh[e]));
           }
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_tf32_m16n8k8(acc_im[mt][nt], al[mt], rh[0], rh[1]);
-            mma_tf32_m16n8k8(acc_im[mt][nt], ah[mt], rl[0], rl[1]);
-            mma_tf32_m16n8k8(acc_im[mt][nt], ah[mt], rh[0], rh[1]);
-          }
+          for (int mt = 0; mt < MT; ++mt) tf32x3(acc_im[mt][nt], ah[mt], al[mt], rh, rl);
         }
       }
     }
