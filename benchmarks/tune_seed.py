@@ -5,6 +5,9 @@ SQLite file, so nothing is resumed), 20 Latin-hypercube seeds + TPE, gates, faul
 confirmation of the top 3 + default config + every SDPA backend over 100 interleaved rounds, bootstrap CIs and
 the verdict. Writes the full results document to ``benchmarks/results/tune_seed.json`` and prints the split
 (compile wait, measure, confirm, sampler, overhead). Goal: under 15 minutes end to end.
+
+``--family similarity --shape NQ,N,D,K`` runs the same study for the similarity-search family (baseline
+``torch.topk(Q @ C.T)``) and writes ``tune_similarity_<shape>.json``.
 """
 from __future__ import annotations
 
@@ -20,24 +23,33 @@ OUT = ROOT / "benchmarks" / "results" / "tune_seed.json"
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--shape", default="16,16,512,64")
+    ap.add_argument("--family", default="attention", choices=["attention", "similarity"])
+    ap.add_argument("--shape", default=None, help="attention: B,H,S,D (default 16,16,512,64); similarity: NQ,N,D,K")
     ap.add_argument("--dtype", default="fp16")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--trials", type=int, default=120)
     ap.add_argument("--seed-trials", type=int, default=20)
     ap.add_argument("--confirm-rounds", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, default=None, help=f"results JSON (default {OUT} for attention)")
     args = ap.parse_args(argv)
+    if args.shape is None:
+        if args.family != "attention":
+            ap.error(f"--family {args.family} needs --shape (similarity: NQ,N,D,K such as 100,1000000,768,10)")
+        args.shape = "16,16,512,64"
+    if args.out is None:
+        args.out = OUT if args.family == "attention" else \
+            OUT.with_name(f"tune_{args.family}_{args.shape.replace(',', 'x')}.json")
 
     t0 = time.perf_counter()
     import tunelab
     from tunelab.tuning.api import make_problem
     from tunelab.tuning.progress import print_report
 
-    problem = make_problem("attention", [int(x) for x in args.shape.split(",")], args.dtype, causal=args.causal)
+    flags = {"causal": args.causal} if args.family == "attention" else {}
+    problem = make_problem(args.family, [int(x) for x in args.shape.split(",")], args.dtype, **flags)
     with tempfile.TemporaryDirectory() as tmp:
-        result = tunelab.tune("attention", problem, trials=args.trials, seed_trials=args.seed_trials,
+        result = tunelab.tune(args.family, problem, trials=args.trials, seed_trials=args.seed_trials,
                               confirm_rounds=args.confirm_rounds, seed=args.seed,
                               storage=f"sqlite:///{tmp}/tune_seed.db", results_path=args.out, progress=True)
     wall = time.perf_counter() - t0
