@@ -539,7 +539,10 @@ def main() -> int:
     summary = goals(search, ooc)
     payload = {"quick": args.quick, "ceilings": ceil, "search": search, "out_of_core": ooc, "ablation": ablation,
                "gram": gram, "goals": summary, "wall_s": time.perf_counter() - t_start}
-    path = write_result("similarity" + ("_quick" if args.quick else ""), payload)
+    # a partial run (--skip) gets a file of its own and never overwrites the full result
+    ran = [s for s in ("search", "ooc", "ablation", "gram") if s not in skip]
+    name = "similarity" + ("_quick" if args.quick else "") + (f"_only_{'_'.join(ran)}" if skip else "")
+    path = write_result(name, payload)
 
     # ---- the short table, last
     print("\n=== similarity search (fp16 unless noted, d=768, k=10) ===")
