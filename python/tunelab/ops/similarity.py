@@ -394,6 +394,9 @@ class CompiledGram:
     smem: int
     epilogue: int = 0
 
+    def __post_init__(self):
+        self._loaded = DeviceFunctions(self.result.cubin, [self.result.lowered_names[self.expr]])
+
     @property
     def dtype_code(self) -> int:
         """The kernel's dtype code (:data:`GRAM_DTYPE_CODES`: float16 0, bfloat16 1, float32 2, complex64 3)."""
