@@ -84,5 +84,10 @@ def test_driver_gives_every_third_slot_to_local_search_after_the_seeds(toy_repla
 def test_local_search_off(toy_replay_path):
     r = _run(toy_replay_path, local_every=0)
     assert all(t["source"] != "local" for t in r.trials)
+    # other samplers run as their names say unless asked for local search
+    r = _run(toy_replay_path, sampler="random")
+    assert all(t["source"] != "local" for t in r.trials) and r.data["options"]["local_every"] == 0
+    r = _run(toy_replay_path, sampler="random", local_every=2)
+    assert any(t["source"] == "local" for t in r.trials)
     with pytest.raises(ConfigError, match="local_every=1"):
         _run(toy_replay_path, local_every=1)

@@ -87,13 +87,14 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
          arch: str | None = None, progress: bool | None = None, save_to_store: bool | None = None,
          results_path: str | os.PathLike | None = None, save_results_file: bool = True,
          stop_at: float | None = None, on_trial: Callable[[dict], None] | None = None,
-         n_resamples: int = 9999, local_every: int = 3, local_width: int = 5) -> TuneResult:
+         n_resamples: int = 9999, local_every: int | None = None, local_width: int = 5) -> TuneResult:
     """Find the fastest correct config of ``family`` for ``problem`` on this GPU and prove it.
 
     Search (``trials`` evaluations, ``seed_trials`` Latin-hypercube seeds, ``sampler`` one of
     ``tpe | random | grid | cmaes | nsga2`` or an Optuna sampler object, optional ``timeout`` seconds and
     ``patience`` evaluations; once the seeds are through, one proposal in ``local_every`` is a one-change
-    neighbour of the ``local_width`` best configs, see :mod:`tunelab.tuning.local_search`; 0 turns that off), then
+    neighbour of the ``local_width`` best configs, see :mod:`tunelab.tuning.local_search`; the default is 3 with
+    TPE and 0 (off) with the other samplers, which then run as their names say), then
     confirmation (``top_k`` best + default config + every baseline, ``confirm_rounds`` interleaved rounds,
     bootstrap CIs) and a verdict against ``target_speedup``. The study lives in ``storage`` (default: SQLite
     under the cache dir) and resumes when the same call is made again. ``replay=FILE`` replaces the GPU by
@@ -110,9 +111,11 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
                             ("confirm_rounds", confirm_rounds, 3)):
         if not isinstance(value, int) or value < lo:
             raise ConfigError(f"{name}={value!r} is not accepted; give an integer >= {lo}")
+    if local_every is None:
+        local_every = 3 if isinstance(sampler, str) and sampler.lower() == "tpe" else 0
     if not isinstance(local_every, int) or local_every == 1 or local_every < 0:
         raise ConfigError(f"local_every={local_every!r} is not accepted; give 0 (no local search) or an integer "
-                          ">= 2 (one proposal in that many is a local-search one; default 3)")
+                          ">= 2 (one proposal in that many is a local-search one; default 3 with TPE)")
     if not isinstance(local_width, int) or local_width < 1:
         raise ConfigError(f"local_width={local_width!r} is not accepted; give an integer >= 1 (default 5)")
     if patience is not None and patience < 1:

@@ -85,9 +85,9 @@ def register(subparsers) -> None:
                    help="stop when the best has not improved for M evaluations")
     p.add_argument("--seed-from", metavar="SOURCE",
                    help="extra seeds: a results/replay JSON (its top configs), study:NAME, or 'occupancy'")
-    p.add_argument("--local-every", type=int, default=3, metavar="N",
+    p.add_argument("--local-every", type=int, default=None, metavar="N",
                    help="after the seeds, one proposal in N is a one-change neighbour of the best configs "
-                        "(local search; default 3, 0 = off)")
+                        "(local search; default 3 with --sampler tpe, 0 = off, the default for other samplers)")
     p.add_argument("--local-width", type=_positive_int, default=5, metavar="W",
                    help="local search refines the neighbours of the W best configs (default 5)")
     p.add_argument("--compile-workers", type=_positive_int, help="compile threads (default: cores, at most 8)")
