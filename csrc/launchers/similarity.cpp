@@ -100,14 +100,14 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
 long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const TopkConfig c = topk_validate(config, dtype, metric);
     // Mirrors TopkTraits: pipeline ring, score tile, per-warp scratch lists, row norms (cosine, l2),
-    // per-query {len, sel, thr_key, thr_idx}.
+    // per-query {len, sel, thr_key, thr_idx}, the pre-check's hit flags [WARPS_N][BLOCK_Q].
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
     const long long stage = (c.block_n + c.block_q) * row_bytes;
     const long long epi = c.epi_rows();
     const long long score = c.block_q * (epi + 4) * 4;
     const long long scratch = static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
     const long long norms = metric != 0 ? c.block_n * 4LL : 0;
-    const long long meta = c.block_q * 16LL;
+    const long long meta = c.block_q * 16LL + c.warps_n * c.block_q * 4LL;  // + the pre-check's hit flags
     return c.stages * stage + score + scratch + norms + meta;
 }
 

@@ -275,7 +275,9 @@ struct TopkTraits {
   static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
   static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of the tile's corpus rows
   static constexpr int kMetaOffset = kNormOffset + kNormBytes;
-  static constexpr int kMetaBytes = kBlockQ * 16;              // {len, sel, thr_key, thr_idx} per query
+  // {len, sel, thr_key, thr_idx} per query, then the pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer
+  // each: lane g == 0 of a quad column group in warp row warp_n)
+  static constexpr int kMetaBytes = kBlockQ * 16 + kWarpsN * kBlockQ * 4;
   static constexpr int kListOffset = kMetaOffset + kMetaBytes;
   // Dynamic shared memory = kStaticSmemBytes + 2 * kBlockQ * k * 8 (two list buffers of keys and indices).
   static constexpr int kStaticSmemBytes = kListOffset;
@@ -310,6 +312,7 @@ struct TopkBlock {
   float* skey;
   int* sidx;
   int* meta;
+  int* hits;  // [WARPS_N][BQ]: this tile has a key that beats column c's threshold, seen by warp row warp_n
   float* lkey;
   int* lidx;
 
@@ -326,6 +329,7 @@ struct TopkBlock {
     skey = reinterpret_cast<float*>(smem + Tr::kScratchOffset) + warp * 2 * EPI;
     sidx = reinterpret_cast<int*>(skey + EPI);
     meta = reinterpret_cast<int*>(smem + Tr::kMetaOffset);
+    hits = meta + 4 * BQ;
     lkey = reinterpret_cast<float*>(smem + Tr::kListOffset);
     lidx = reinterpret_cast<int*>(lkey + 2 * BQ * p.k);
   }
@@ -381,9 +385,10 @@ struct TopkBlock {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
-        if (q0 + col >= p.nq) continue;  // padding columns have no list
+        const bool live = q0 + col < p.nq;  // padding columns have no list (their meta exists: BQ entries)
         const float tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
         const int ti = lds(meta + 4 * col + 3);
+        bool hit = false;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -394,9 +399,13 @@ struct TopkBlock {
             if constexpr (Tr::kMetric == kCosine) key = dot * rsqrtf(fmaxf(lds(norms + row), 1e-24f));
             if constexpr (Tr::kMetric == kL2) key = fmaf(2.f, dot, -lds(norms + row));
             const int id = static_cast<int>(p.index_base + row0 + row);
-            any = any || (row0 + row < p.n && better(key, id, tk, ti));
+            hit = hit || (live && row0 + row < p.n && better(key, id, tk, ti));
           }
         }
+        // the 8 lanes with this t hold this column's rows of the warp: one of them records the hit
+        const bool col_hit = (ballot(hit) & (0x11111111u << t)) != 0;
+        if (g == 0 && col_hit) sts(hits + warp_n * BQ + col, 1);
+        any = any || hit;
       }
     }
     if (!__syncthreads_or(any)) return;
@@ -436,6 +445,18 @@ struct TopkBlock {
       const int id0 = static_cast<int>(p.index_base + row0 + pass * EPI);
       for (int c = warp; c < BQ; c += Tr::kWarps) {
         if (q0 + c >= p.nq) break;
+        // A column no warp row flagged is skipped: the pre-check used consume()'s arithmetic and this column's
+        // threshold, which only its own consume() raises, so consume() would insert nothing. The owning warp is
+        // the only reader of its column's flags and clears them after the last pass (the next tile's pre-check
+        // comes after a block barrier of the main loop).
+        int hit = 0;
+#pragma unroll
+        for (int wn = 0; wn < Tr::kWarpsN; ++wn) hit |= lds(hits + wn * BQ + c);
+        if (pass + 1 == Tr::kEpiPasses) {
+          syncwarp();
+          if (lane < Tr::kWarpsN) sts(hits + lane * BQ + c, 0);
+        }
+        if (!hit) continue;
         float v[R];
         int id[R];
 #pragma unroll
@@ -467,6 +488,7 @@ struct TopkBlock {
       sts(reinterpret_cast<float*>(meta + 4 * c + 2), -f32_inf());
       sts(meta + 4 * c + 3, 0x7fffffff);
     }
+    for (int i = tid; i < Tr::kWarpsN * BQ; i += Tr::kThreads) sts(hits + i, 0);
 
     LdsmLaneAddr<L, 1> la, lb;
     la.init(a_lane_row(lane), a_lane_half(lane));

@@ -199,7 +199,7 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     warps = c["WARPS_N"] * c["WARPS_Q"]
     norms = c["BLOCK_N"] * 4 if metric != "ip" else 0
     static = c["STAGES"] * (c["BLOCK_N"] + c["BLOCK_Q"]) * row + c["BLOCK_Q"] * (epi + 4) * 4 + warps * epi * 8 + \
-        norms + c["BLOCK_Q"] * 16
+        norms + c["BLOCK_Q"] * 16 + c["WARPS_N"] * c["BLOCK_Q"] * 4  # per-query meta, pre-check hit flags
     return static + 2 * c["BLOCK_Q"] * k * 8
 
 
