@@ -317,8 +317,8 @@ def test_launch_packing_checks_alignment_and_scale():
 
 
 # ------------------------------------------------------------------------------------------------ emulator
-EMU_DIR = REPO / "tests" / "attention_emulator"  # driver + attention-specific shims (mma, math)
-EMU_RUNTIME = REPO / "tests" / "emulator"  # runtime and shims shared with the similarity emulator
+EMU_DIR = REPO / "tests" / "attention_emulator"  # driver + the attention-specific shim (math)
+EMU_RUNTIME = REPO / "tests" / "emulator"  # runtime and shims shared with the similarity emulator (mma, cp.async)
 
 
 def _emulator(traits: str, tmp_path_factory) -> Path:

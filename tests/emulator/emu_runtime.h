@@ -1,7 +1,8 @@
 // CPU emulation of the CUDA features the kernels use, so that their own source (csrc/kernels/attention/*.cuh,
 // csrc/kernels/similarity/*.cuh with the real smem_layout.cuh and params.cuh) runs without a GPU. One runtime
-// shared by tests/attention_emulator and tests/similarity_emulator; each family keeps its own driver and its
-// own PTX shims where they differ (shim/common/mma.cuh), shared shims live in tests/emulator/shim.
+// shared by tests/attention_emulator and tests/similarity_emulator; each family keeps its own driver and the
+// shims only it needs (attention: common/math.cuh; similarity: similarity/ptx.cuh); the shared shims
+// (common/mma.cuh, common/cp_async.cuh) live in tests/emulator/shim.
 // Covers warp-synchronous shared-memory use (the race detector orders accesses by block barriers *and* by
 // __syncwarp within a warp; kernels without __syncwarp are ordered by barriers alone), shuffles, votes,
 // ballots, __syncthreads_or/count, tf32 MMA.

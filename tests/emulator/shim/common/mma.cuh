@@ -1,4 +1,5 @@
-// Emulator stand-in for csrc/kernels/common/mma.cuh (same API, PTX ISA fragment semantics).
+// Emulator stand-in for csrc/kernels/common/mma.cuh (same API, PTX ISA fragment semantics), shared by the attention
+// and similarity emulators.
 #pragma once
 #include "emu_runtime.h"
 
@@ -16,8 +17,39 @@ inline float half_to_float(uint16_t h) {
   return sign ? -v : v;
 }
 inline float bf16_to_float(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  u += 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline uint16_t float_to_half(float f) {
+  // round to nearest even through double arithmetic on the exact grid
+  if (std::isnan(f)) return 0x7e00;
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7c00;
+  int e;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int exp_unb = e - 1;
+  if (exp_unb < -14) exp_unb = -14;  // subnormals share the 2^-24 grid
+  const double quantum = std::ldexp(1.0, exp_unb - 10);
+  double q = std::nearbyint(a / quantum) * quantum;  // default rounding mode: nearest even
+  // re-encode
+  if (q == 0) return sign;
+  int e2;
+  std::frexp(q, &e2);
+  int ue = e2 - 1;
+  if (ue < -14) return sign | static_cast<uint16_t>(std::lround(q / std::ldexp(1.0, -24)));
+  if (ue > 15) return sign | 0x7c00;
+  const uint16_t man = static_cast<uint16_t>(std::lround((q / std::ldexp(1.0, ue) - 1.0) * 1024.0));
+  return sign | static_cast<uint16_t>((ue + 15) << 10) | man;
+}
 template <int DTYPE>
 inline float to_float(uint16_t h) { return DTYPE == kFp16 ? half_to_float(h) : bf16_to_float(h); }
+template <int DTYPE>
+inline uint16_t from_float(float f) { return DTYPE == kFp16 ? float_to_half(f) : float_to_bf16(f); }
 
 inline uint16_t smem_u16(unsigned addr) {
   uint16_t v;
@@ -82,6 +114,12 @@ inline void mma_m16n8k16(float (&c)[4], const unsigned (&a)[4], unsigned b0, uns
 inline void ldmatrix_x4(unsigned (&r)[4], unsigned a) { emu_detail::ldmatrix_impl<4>(r, a, false); }
 inline void ldmatrix_x4_trans(unsigned (&r)[4], unsigned a) { emu_detail::ldmatrix_impl<4>(r, a, true); }
 inline void ldmatrix_x2(unsigned (&r)[2], unsigned a) { emu_detail::ldmatrix_impl<2>(r, a, false); }
+
+template <int DTYPE>
+inline unsigned pack_float2(float lo, float hi) {
+  return static_cast<unsigned>(emu_detail::from_float<DTYPE>(lo)) |
+         (static_cast<unsigned>(emu_detail::from_float<DTYPE>(hi)) << 16);
+}
 
 inline unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
