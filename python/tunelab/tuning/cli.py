@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from tunelab.errors import ConfigError, TunelabError
+from tunelab.errors import ConfigError
 
 from tunelab.tuning.family import DTYPES
 
@@ -228,22 +228,3 @@ def cmd_store(args) -> int:
                   str(e.get("verdict")), (e.get("source_hash") or "")[:12])
     Console().print(t)
     return 0
-
-
-def main(argv=None) -> int:  # pragma: no cover - convenience for `python -m tunelab.tuning.cli`
-    """Run the tuner's sub-commands without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="tunelab")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args) or 0)
-    except TunelabError as exc:
-        print(f"tunelab: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -45,7 +45,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from tunelab.errors import ConfigError, TunelabError
+from tunelab.errors import TunelabError
+from tunelab.jsonfile import read_json, write_json
 from tunelab.tuning.backend import Arm, Backend, ConfirmData, Outcome, Prepared
 from tunelab.tuning.family import Rejection, TunableFamily
 from tunelab.tuning.space import Config, SearchSpace, config_key
@@ -112,42 +113,17 @@ class ReplayData:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _read_text(p: Path) -> str:
-    if p.suffix == ".gz":
-        import gzip
-
-        return gzip.decompress(p.read_bytes()).decode()
-    return p.read_text()
-
-
 def load_replay(path: str | os.PathLike) -> ReplayData:
     """Read and validate a replay file (``.json`` or gzip-compressed ``.json.gz``); errors name the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"replay file {str(p)!r} does not exist; record one with benchmarks/ground_truth.py "
-                          "or pass an existing path to --replay")
-    try:
-        data = json.loads(_read_text(p))
-    except (json.JSONDecodeError, OSError, EOFError) as exc:
-        raise TunelabError(f"replay file {str(p)!r} is not valid JSON: {exc}") from None
-    return ReplayData(data, str(p))
+    data = read_json(path, "replay file", missing_hint="record one with benchmarks/ground_truth.py or pass an "
+                     "existing path to --replay", invalid_hint="record it again with benchmarks/ground_truth.py")
+    return ReplayData(data, str(path))
 
 
 def save_replay(path: str | os.PathLike, data: Mapping[str, Any]) -> Path:
     """Write a replay dict atomically (temp file + rename) after validating it; ``.gz`` paths are gzipped."""
     ReplayData(data)  # validates
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    if p.suffix == ".gz":
-        import gzip
-
-        # mtime=0: the same measurements give the same bytes (no spurious diffs in the repository)
-        tmp.write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0))
-    else:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=False))
-    os.replace(tmp, p)
-    return p
+    return write_json(path, data)
 
 
 def make_replay_dict(*, family: str, problem: Mapping[str, Any], problem_key: str, space: SearchSpace,

@@ -15,7 +15,6 @@ the tuned-config store).
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.errors import TunelabError
+from tunelab.jsonfile import read_json, write_json
 from tunelab.stats import CI
 from tunelab.tuning.confirm import Confirmation
 
@@ -230,24 +230,14 @@ def validate(data: dict, where: str = "results") -> dict:
 def save_results(path: str | os.PathLike, data: dict) -> Path:
     """Validate and write ``data`` as JSON via a temp file and rename."""
     validate(data)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, default=_json_default))
-    os.replace(tmp, p)
-    return p
+    return write_json(path, data, default=_json_default)
 
 
 def load_results(path: str | os.PathLike) -> dict:
     """Read and validate a results JSON."""
-    p = Path(path)
-    if not p.is_file():
-        raise TunelabError(f"results file {str(p)!r} does not exist")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise TunelabError(f"results file {str(p)!r} is not valid JSON: {exc}") from None
-    return validate(data, where=str(p))
+    data = read_json(path, "results file", missing_hint="`tunelab tune` writes one (its path is printed last)",
+                     invalid_hint="it was not written by `tunelab tune`, or was cut short")
+    return validate(data, where=str(path))
 
 
 def _json_default(o):

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tunelab.errors import ConfigError
+from tunelab.jsonfile import read_json
 from tunelab.tuning.space import Config, SearchSpace
 
 
@@ -82,12 +83,8 @@ def lhs_configs(space: SearchSpace, n: int, is_valid: Callable[[Config], bool], 
 def top_configs_from_file(path: str | Path, k: int) -> list[Config]:
     """The ``k`` fastest measured configs of a results JSON or a replay file."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--seed-from {str(p)!r}: no such file; pass a results JSON, a replay file, "
-                          "'study:NAME' or 'occupancy'")
-    from tunelab.tuning.replay import _read_text
-
-    data = json.loads(_read_text(p))
+    data = read_json(p, "--seed-from file", missing_hint="pass a results JSON, a replay file, 'study:NAME' or "
+                     "'occupancy'")
     rows: list[tuple[float, Config]] = []
     if data.get("format") == "tunelab.replay":
         for e in data["entries"]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from tunelab.errors import ConfigError, TunelabError
+from tunelab.jsonfile import read_json, write_json
 from tunelab.tuning.family import TunableFamily, get_family, next_pow2, problem_to_dict
 from tunelab.tuning.study import device_slug
 
@@ -128,20 +129,14 @@ def _locked(path: Path) -> Iterator[None]:
 def _read(path: Path) -> dict:
     if not path.is_file():
         return {"format": FORMAT, "version": VERSION, "device": None, "entries": {}}
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TunelabError(f"tuned-config store {str(path)!r} is corrupt ({exc}); move it away and re-tune "
-                           "or re-import") from None
+    data = read_json(path, "tuned-config store", invalid_hint="move it away and re-tune or re-import")
     if data.get("format") != FORMAT or data.get("version") != VERSION:
         raise TunelabError(f"{str(path)!r} is not a version-{VERSION} tunelab store file")
     return data
 
 
 def _write(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_json(path, data, sort_keys=True)
     _cached_read.cache_clear()
 
 
@@ -277,12 +272,7 @@ def import_store(path: str | os.PathLike, overwrite: bool = False) -> dict:
     Returns counts ``{"added", "replaced", "kept"}``.
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"import file {str(p)!r} does not exist")
-    try:
-        doc = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise TunelabError(f"{str(p)!r} is not valid JSON: {exc}") from None
+    doc = read_json(p, "import file", missing_hint="create one with `tunelab export FILE`")
     if doc.get("format") != EXPORT_FORMAT or doc.get("version") != VERSION:
         raise TunelabError(f"{str(p)!r} is not a tunelab store export (format {EXPORT_FORMAT!r} v{VERSION}); "
                            "create one with `tunelab export FILE`")
