@@ -29,3 +29,23 @@ def toy_replay(toy_replay_path):
     from tunelab.tuning.replay import load_replay
 
     return load_replay(toy_replay_path)
+
+
+def _count_complete(db) -> int:
+    """COMPLETE trials in a study database, read with sqlite3: opening the file with Optuna while the tuner creates
+    the schema would race it."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
+            return con.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.fixture
+def count_complete():
+    """The function counting COMPLETE trials in a SQLite study file (for tests that watch a running tuner)."""
+    return _count_complete

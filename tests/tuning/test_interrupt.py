@@ -12,22 +12,8 @@ import pytest
 from optuna.trial import TrialState
 
 
-def count_trials(db) -> int:
-    """Completed trials in a study database, read with sqlite3 (opening it with Optuna while the tuner creates the schema
-    would race it)."""
-    import sqlite3
-
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
-            return con.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT delivery is POSIX here")
-def test_ctrl_c_leaves_a_resumable_study(toy_replay_path, tmp_path):
+def test_ctrl_c_leaves_a_resumable_study(toy_replay_path, tmp_path, count_complete):
     storage = f"sqlite:///{tmp_path / 's.db'}"
     args = ["tune", "toy", "--replay", str(toy_replay_path), "--trials", "60", "--storage", storage, "--no-confirm",
             "--quiet", "--results", str(tmp_path / "r.json")]
@@ -38,7 +24,7 @@ def test_ctrl_c_leaves_a_resumable_study(toy_replay_path, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", boot, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=dict(os.environ))
     deadline = time.time() + 120
-    while time.time() < deadline and count_trials(tmp_path / "s.db") < 10:
+    while time.time() < deadline and count_complete(tmp_path / "s.db") < 10:
         time.sleep(0.3)
         assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)

@@ -25,19 +25,6 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def count_complete(db) -> int:
-    """COMPLETE trials, read with sqlite3: opening the file with Optuna while the tuner creates the schema races it."""
-    import sqlite3
-
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
-            return con.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def _snapshot(storage):
     names = optuna.get_all_study_names(storage)
     assert len(names) == 1
@@ -46,7 +33,7 @@ def _snapshot(storage):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
-def test_sigkill_and_resume(tmp_path):
+def test_sigkill_and_resume(tmp_path, count_complete):
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, storage], env=dict(os.environ))
     try:
