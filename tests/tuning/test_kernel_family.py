@@ -97,3 +97,17 @@ def test_scale_family_pickles_through_worker_ref():
     assert p.ok  # the fault only shows when it runs
     with pytest.raises(Exception, match="fault kind"):
         ScaleFamily(faults={"explode": []})
+
+
+def test_problem_from_dicts_aliases_and_errors():
+    from tunelab.errors import ConfigError
+    from tunelab.tuning.families.attention import AttentionFamily
+    from tunelab.tuning.families.similarity import SearchProblem, as_problem
+
+    p = as_problem({"nq": 5, "n": 100})
+    assert p == SearchProblem(nq=5, n=100) and as_problem(p) is p
+    assert AttentionFamily.as_problem({"S": 256, "D": 128}).seq_q == 256  # alias S -> seq_q
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['nn'\]; accepted keys are \['nq', 'n'"):
+        as_problem({"nn": 3})
+    with pytest.raises(ConfigError, match="must be a SearchProblem or a dict"):
+        as_problem(42)

@@ -256,6 +256,26 @@ class TunableFamily:
         return self
 
 
+def problem_from(cls: type, problem: Any, family: str, aliases: Mapping[str, str] | None = None) -> Any:
+    """``problem`` as the family's problem dataclass ``cls``: an instance is returned as is, a dict becomes one
+    (keys in ``aliases`` renamed first); an unknown key or another type raises ConfigError naming the accepted keys."""
+    if isinstance(problem, cls):
+        return problem
+    fields = list(cls.__dataclass_fields__)
+    alias_note = f" (aliases {list(aliases)})" if aliases else ""
+    if isinstance(problem, Mapping):
+        d = dict(problem)
+        for alias, name in (aliases or {}).items():
+            if alias in d and name not in d:
+                d[name] = d.pop(alias)
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ConfigError(f"{family} problem has unknown key(s) {unknown}; accepted keys are {fields}{alias_note}")
+        return cls(**d)
+    raise ConfigError(f"{family} problem {problem!r} must be a {cls.__name__} or a dict with keys from {fields}"
+                      f"{alias_note}")
+
+
 def problem_to_dict(problem: Any) -> dict:
     """A problem as a plain dict: dicts are copied, dataclasses converted, objects with ``to_dict`` asked."""
     if problem is None:

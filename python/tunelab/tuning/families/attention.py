@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from tunelab.errors import ConfigError, GateRejection, InputError
-from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily
+from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 
 #: Largest opt-in shared memory per block of any arch the kernel targets (sm_90/sm_100: 227 KiB).
@@ -400,20 +400,7 @@ class AttentionFamily(TunableFamily):
     def as_problem(problem: Any) -> AttentionProblem:
         """An :class:`AttentionProblem` from a problem object or dict (short aliases such as ``S``, ``D``,
         ``is_causal`` accepted)."""
-        if isinstance(problem, AttentionProblem):
-            return problem
-        if isinstance(problem, Mapping):
-            d = dict(problem)
-            for alias, name in _PROBLEM_ALIASES.items():
-                if alias in d and name not in d:
-                    d[name] = d.pop(alias)
-            unknown = sorted(set(d) - set(AttentionProblem.__dataclass_fields__))
-            if unknown:
-                raise ConfigError(f"attention problem has unknown key(s) {unknown}; accepted keys are "
-                                  f"{list(AttentionProblem.__dataclass_fields__)} (aliases {list(_PROBLEM_ALIASES)})")
-            return AttentionProblem(**d)
-        raise ConfigError(f"attention problem {problem!r} must be an AttentionProblem or a dict with batch, heads, "
-                          "seq_q, seq_k, head_dim, dtype, causal")
+        return problem_from(AttentionProblem, problem, "attention", _PROBLEM_ALIASES)
 
     def problem_dict(self, problem: Any) -> dict:
         """The problem's batch, heads, seq_q, seq_k, head_dim, dtype and causal as a dict."""

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tunelab.errors import ConfigError, GateRejection, InputError
-from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2
+from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
+    problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 
 MAX_ACCUMULATORS = 128
@@ -107,16 +108,7 @@ class GramProblem:
 
 def as_problem(problem: Any) -> GramProblem:
     """A :class:`GramProblem` from a problem object or dict."""
-    if isinstance(problem, GramProblem):
-        return problem
-    if isinstance(problem, Mapping):
-        d = dict(problem)
-        unknown = sorted(set(d) - set(GramProblem.__dataclass_fields__))
-        if unknown:
-            raise ConfigError(f"gram problem has unknown key(s) {unknown}; accepted keys are "
-                              f"{list(GramProblem.__dataclass_fields__)}")
-        return GramProblem(**d)
-    raise ConfigError(f"gram problem {problem!r} must be a GramProblem or a dict with n, dim, dtype, symmetric")
+    return problem_from(GramProblem, problem, "gram")
 
 
 def accumulators(c: Mapping[str, Any], complex_: bool) -> int:

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tunelab.errors import ConfigError, GateRejection, InputError
-from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2
+from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
+    problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 
 #: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
@@ -120,17 +121,7 @@ class SearchProblem:
 
 def as_problem(problem: Any) -> SearchProblem:
     """A :class:`SearchProblem` from a problem object or dict."""
-    if isinstance(problem, SearchProblem):
-        return problem
-    if isinstance(problem, Mapping):
-        d = dict(problem)
-        unknown = sorted(set(d) - set(SearchProblem.__dataclass_fields__))
-        if unknown:
-            raise ConfigError(f"similarity problem has unknown key(s) {unknown}; accepted keys are "
-                              f"{list(SearchProblem.__dataclass_fields__)}")
-        return SearchProblem(**d)
-    raise ConfigError(f"similarity problem {problem!r} must be a SearchProblem or a dict with nq, n, d, k, dtype, "
-                      "metric")
+    return problem_from(SearchProblem, problem, "similarity")
 
 
 # ------------------------------------------------------------------------------------------------ the space
