@@ -39,9 +39,9 @@ def test_propose_skips_taken_and_invalid_and_moves_down_the_ranking():
         got.append(c)
     # best's valid neighbours (16/b/F, 32/a/F, 32/c/F, 32/b/T) first, then second's (64 invalid: 128/a/T,
     # 128/b/T, 128/c/F)
-    assert [SPACE.key(c) for c in got[:4]] and all(c["TILE"] in (16, 32) for c in got[:4])
-    assert all(c["TILE"] == 128 for c in got[4:]) and len(got) == 7
-    assert ls.converged and ls.proposed == 7
+    assert {(c["TILE"], c["LAYOUT"], c["FLAG"]) for c in got[:4]} == {(16, "b", False), (32, "a", False),
+                                                                      (32, "c", False), (32, "b", True)}
+    assert all(c["TILE"] == 128 for c in got[4:]) and len(got) == 7  # then None: both neighbourhoods exhausted
 
 
 def test_schedule_and_argument_errors():

@@ -69,9 +69,7 @@ class LocalSearch:
         self.every = int(every)
         self.width = int(width)
         self.seed = int(seed)
-        self.slots = 0          # proposals counted since seeding ended
-        self.proposed = 0       # configs the refiner handed out
-        self.converged = False  # the top `width` had no fresh neighbour at the last look
+        self.slots = 0  # proposals counted since seeding ended
         self._order: dict[str, list[Config]] = {}
 
     def _ordered_neighbors(self, key: str, config: Config) -> list[Config]:
@@ -97,8 +95,5 @@ class LocalSearch:
                 break
             for c in self._ordered_neighbors(key, config):
                 if not taken(self.space.key(c)):
-                    self.proposed += 1
-                    self.converged = False
                     return c
-        self.converged = True
         return None
