@@ -6,7 +6,10 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
   search    the search kernel alone (grid: query tiles x splits), random normal queries;
   mainloop  the same kernel on all-zero queries: every key is 0, so after a split's first tile its list holds the
             split's first k rows and no later key passes the pre-check (ties go to the smaller index); the top-k
-            epilogue runs once per split, and the time is the GEMM main loop plus that one epilogue;
+            epilogue runs once per split, and the time is the GEMM main loop plus that one epilogue. That first
+            epilogue is the most expensive one possible (every key ties, so every key enters the merge), so the
+            figure means "main loop" only when a split has many tiles (N=1M and up); at N=50K (2 tiles per split)
+            it exceeds the search time and says nothing;
   merge     the merge kernel alone (one block per query over splits x k candidates);
   torch     torch.topk(Q @ C.T) on the same inputs, once per shape.
 
