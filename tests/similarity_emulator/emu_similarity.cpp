@@ -30,32 +30,9 @@ __attribute__((aligned(128))) unsigned char tunelab_similarity_smem[emu::kSmemCa
 
 using namespace tunelab::sim;
 
-static uint16_t float_to_half(float f) {
-  if (std::isnan(f)) return 0x7e00;
-  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  double a = std::fabs(static_cast<double>(f));
-  if (a >= 65520.0) return sign | 0x7c00;
-  int e;
-  std::frexp(a, &e);
-  int ue = e - 1;
-  if (ue < -14) ue = -14;
-  const double quantum = std::ldexp(1.0, ue - 10);
-  const double q = std::nearbyint(a / quantum) * quantum;
-  if (q == 0) return sign;
-  int e2;
-  std::frexp(q, &e2);
-  int u2 = e2 - 1;
-  if (u2 < -14) return sign | static_cast<uint16_t>(std::lround(q / std::ldexp(1.0, -24)));
-  if (u2 > 15) return sign | 0x7c00;
-  const uint16_t man = static_cast<uint16_t>(std::lround((q / std::ldexp(1.0, u2) - 1.0) * 1024.0));
-  return sign | static_cast<uint16_t>((u2 + 15) << 10) | man;
-}
-static uint16_t float_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if (std::isnan(f)) return 0x7fc0;
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
+// fp16/bf16 rounding of the inputs: the shared mma shim's (round to nearest even).
+using tunelab::emu_detail::float_to_bf16;
+using tunelab::emu_detail::float_to_half;
 
 // A matrix stored in the kernel's element type, rows `stride` elements apart (padding never read).
 struct Mat {
