@@ -16,8 +16,11 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
 The difference search - mainloop is what the per-tile top-k epilogue costs. Results go to
 benchmarks/results/similarity_probe.json with the environment fingerprint; a table is printed last.
 
-  python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
+  python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000] [--variants sync|wgmma|all]
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
+
+``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
+benchmarks/results/similarity_probe_wgmma.json instead.
 """
 from __future__ import annotations
 
@@ -29,6 +32,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import summarize, write_result  # noqa: E402
 
 D, K = 768, 10
+
+
+def wgmma_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """The wgmma main loop (MMA=1: 128-byte slices, WARPS_Q=1) in one or two warpgroups, tile heights and depths."""
+    wg = {"MMA": 1, "BLOCK_K": 64, "WARPS_Q": 1}
+    sync = ({"MMA": 0, "BLOCK_N": 256, "WARPS_N": 4, "WARPS_Q": 2, "STAGES": 3, "EPI_ROWS": 128} if nq <= 112 else
+            {"MMA": 0, "BLOCK_N": 128, "WARPS_N": 2, "WARPS_Q": 4, "STAGES": 3, "EPI_ROWS": 128})
+    v = [("default", {}, None), ("mma.sync tiling", sync, None)]
+    for bn, wn, st, epi in ((256, 8, 3, 64), (256, 8, 3, 128), (128, 8, 4, 64), (128, 8, 4, 128), (128, 8, 3, 128),
+                            (128, 4, 4, 128), (64, 4, 4, 128)):
+        v.append((f"wg BN={bn},WN={wn},S={st},E={epi}",
+                  {**wg, "BLOCK_N": bn, "WARPS_N": wn, "STAGES": st, "EPI_ROWS": epi}, None))
+    v.append(("wg BN=128,WN=8,S=4 2x", {**wg, "BLOCK_N": 128, "WARPS_N": 8, "STAGES": 4, "EPI_ROWS": 128}, 264))
+    return v
 
 
 def variants(nq: int) -> list[tuple[str, dict, int | None]]:
@@ -62,7 +79,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
+    ap.add_argument("--variants", choices=("sync", "wgmma", "all"), default="sync",
+                    help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; all: both")
     args = ap.parse_args()
+
+    def variant_list(nq):
+        if args.variants == "sync":
+            return variants(nq)
+        if args.variants == "wgmma":
+            return wgmma_variants(nq)
+        return variants(nq) + wgmma_variants(nq)[1:]
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 
     dev = torch.cuda.current_device()
@@ -78,7 +104,7 @@ def main() -> int:
         if not args.ncu:
             torch_us = summarize(time_callable(lambda: torch.topk(queries @ corpus.T, K, dim=1), samples=30))
         base = S.default_config(nq, K, "float16", D)
-        for name, over, splits in variants(nq):
+        for name, over, splits in variant_list(nq):
             try:
                 cfg = S.fit_config({**base, **over}, K, "float16", S.smem_limit(arch), "ip")
                 comp = S.compile_search(cfg, dtype="float16", metric="ip", arch=arch)
@@ -114,7 +140,8 @@ def main() -> int:
         torch.cuda.empty_cache()
     if args.ncu:
         return 0
-    path = write_result("similarity_probe", {"rows": rows})
+    path = write_result("similarity_probe" if args.variants == "sync" else f"similarity_probe_{args.variants}",
+                        {"rows": rows})
     print(f"wrote {path}")
     print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'epilogue':>9} {'merge':>7} {'torch':>9}")
     for r in rows:

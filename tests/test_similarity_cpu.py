@@ -44,7 +44,7 @@ def test_search_space_constraints_name_their_rule():
 
     fam = SimilarityFamily()
     space = fam.space(SearchProblem(100, 50000, 768, 10, "fp16"))
-    base = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1)
+    base = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     assert space.check(base)[0]
     rej = space.rejection(dict(base, WARPS_N=8, BLOCK_N=64))
     assert rej.code == "static.divisibility" and "WARPS_N" in rej.detail
@@ -61,7 +61,7 @@ def test_search_static_gates_smem_and_vec():
 
     fam = SimilarityFamily()
     big_k = SearchProblem(100, 50000, 768, 1024, "fp16")
-    cfg = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=1, EPI_ROWS=128, MIN_BLOCKS=1)
+    cfg = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=1, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     rej = fam.static_gates(cfg, big_k, arch="sm_90")
     assert rej and rej[0].code == "static.smem"
     odd_d = SearchProblem(10, 1000, 100, 10, "fp16")  # 200-byte rows: 8-byte copies at most
@@ -70,7 +70,7 @@ def test_search_static_gates_smem_and_vec():
     assert fam.static_gates(dict(cfg, BLOCK_Q=16, VEC=8), odd_d, arch="sm_90") == []
     # sm_80's 163 KiB rejects what sm_90's 227 KiB accepts
     p = SearchProblem(100, 50000, 768, 10, "fp16")
-    wide = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1)
+    wide = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     assert fam.static_gates(wide, p, arch="sm_90") == []
     assert fam.static_gates(wide, p, arch="sm_80")[0].code == "static.smem"
 
@@ -105,7 +105,7 @@ def test_gram_space_and_gates():
 
 
 def test_launcher_validation_errors_name_values():
-    cfg = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1)
+    cfg = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     with pytest.raises(ConfigError, match="BLOCK_N=96"):
         S.topk_validate(dict(cfg, BLOCK_N=96), 0, 0)
     S.topk_validate(cfg, 2, 0)  # fp32: 256-byte slices are fine ...
@@ -123,11 +123,80 @@ def test_launcher_validation_errors_name_values():
     S.gram_validate(g, 3, False)
 
 
+def test_wgmma_rules_in_launcher_space_and_gates():
+    """MMA=1 (wgmma) configs: the launcher names the broken rule, the space rejects the same configs with a reason,
+    the static gate keeps them off GPUs without wgmma, and configs saved before MMA existed mean MMA=0."""
+    from tunelab.tuning.families.similarity import SearchProblem, SimilarityFamily
+
+    wg = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
+              MIN_BLOCKS=1, MMA=1)
+    S.topk_validate(wg, 0, 0)
+    S.topk_validate(wg, 1, 2)
+    for bad, match in ((dict(wg), "fp32"), (dict(wg, BLOCK_K=32), "128-byte row slices"),
+                       (dict(wg, WARPS_N=4, WARPS_Q=2), "WARPS_Q=1"), (dict(wg, WARPS_N=2, WARPS_Q=1), "WARPS_N 4 or 8"),
+                       (dict(wg, STAGES=2), "STAGES >= 3")):
+        with pytest.raises(ConfigError, match=match):
+            S.topk_validate(bad, 2 if match == "fp32" else 0, 0)
+    fam = SimilarityFamily()
+    prob = SearchProblem(100, 50000, 768, 10, "fp16")
+    space = fam.space(prob)
+    assert space.check(wg)[0]
+    rej = space.rejection(dict(wg, STAGES=2))
+    assert rej is not None and rej.code == "static.divisibility" and "MMA=1" in rej.detail
+    assert space.rejection(dict(wg, BLOCK_K=32)) is not None
+    n_wg = sum(1 for c in space.enumerate() if c["MMA"] == 1)
+    assert 0 < n_wg < space.count_valid() // 2
+    fp32 = fam.space(SearchProblem(100, 50000, 768, 10, "fp32"))
+    assert all(c["MMA"] == 0 for c in fp32.enumerate())
+    assert fam.static_gates(wg, prob, arch="sm_90") == []
+    small = dict(wg, BLOCK_N=128, BLOCK_Q=64)  # fits sm_80's shared memory
+    assert [r.code for r in fam.static_gates(small, prob, arch="sm_80")] == ["static.arch"]
+    sim = _sim()
+    with pytest.raises(ConfigError, match="needs an sm_90"):
+        sim.compile_search(wg, dtype="float16", arch="sm_80")
+    assert sim.compile_arch(wg, "sm_90") == "sm_90a" and sim.compile_arch(dict(wg, MMA=0), "sm_80") == "sm_80"
+    legacy = {k: v for k, v in wg.items() if k != "MMA"}
+    assert sim.canonical_config(legacy)["MMA"] == 0
+    # fit_config keeps the wgmma rules while shrinking (k = 256 needs 458 KiB of lists at 112 queries)
+    fitted = sim.fit_config(wg, 256, "float16", sim.smem_limit("sm_90"))
+    assert fitted["MMA"] == 1 and fitted["STAGES"] >= 3 and fitted["WARPS_Q"] == 1, fitted
+    S.topk_validate(fitted, 0, 2)
+    assert S.topk_smem_bytes(fitted, 0, 2, 256) <= sim.smem_limit("sm_90")
+
+
+def test_wgmma_configs_compile_unserialized_without_spills():
+    """ptxas reports wgmma serialization (C75xx 'Potential Performance Loss') in the compile log: the main loop must
+    not trigger it, for both dtypes, every metric and one or two warpgroups; nor spill."""
+    sim = _sim()
+    for cfg, dt, metric in (
+            (dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
+                  MIN_BLOCKS=1, MMA=1), "float16", "ip"),
+            (dict(BLOCK_N=128, BLOCK_Q=128, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=4, VEC=16, MERGE=2, EPI_ROWS=128,
+                  MIN_BLOCKS=1, MMA=1), "bfloat16", "cosine"),
+            (dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=64,
+                  MIN_BLOCKS=1, MMA=1), "float16", "l2")):
+        cs = sim.compile_search(cfg, dtype=dt, metric=metric, arch="sm_90", use_cache=False)
+        r = cs.resources
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (cfg, r)
+        assert "Performance Loss" not in cs.result.log, cs.result.log[-2000:]
+
+
+def test_wgmma_header_is_generated():
+    """csrc/kernels/common/wgmma_ops.cuh is what scripts/gen_wgmma.py writes."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, str(root / "scripts" / "gen_wgmma.py"), "--check"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def test_kernel_layout_matches_launcher_formula():
     """TUNELAB_EXPECTED_SMEM makes the kernel static_assert its layout against the launcher's number."""
     from tunelab.paths import kernels_dir
 
-    cfg = dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1)
+    cfg = dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     expr = S.topk_name_expression(cfg, 0, 1)
     wrong = int(S.topk_static_smem_bytes(cfg, 0, 1)) + 16
     from tunelab.errors import CompileError
@@ -138,13 +207,20 @@ def test_kernel_layout_matches_launcher_formula():
 
 
 def test_plan_splits_are_balanced_and_capped():
-    cfg = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1)
+    cfg = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     p = S.topk_plan(cfg, 100, 50000, 132, 0)
     assert p["q_tiles"] == 1 and p["num_tiles"] == 196
     assert p["splits"] * p["tiles_per_split"] >= 196 > (p["splits"] - 1) * p["tiles_per_split"]
     assert p["splits"] <= 132
-    p = S.topk_plan(cfg, 1000, 10_000_000, 132, 0)
-    assert p["q_tiles"] == 9 and p["splits"] <= 15
+    # many query tiles: whole waves, never a nearly empty last one (8 x 17 = 136 blocks on 132 SMs took 2x)
+    for nq, bq in ((1000, 112), (1024, 128), (300, 112)):
+        p = S.topk_plan(dict(cfg, BLOCK_Q=bq), nq, 10_000_000, 132, 0)
+        blocks = p["q_tiles"] * p["splits"]
+        waves = -(-blocks // 132)
+        assert blocks / (waves * 132) >= 0.9, (nq, p)
+        one_wave = 132 // p["q_tiles"]
+        assert waves * p["tiles_per_split"] <= -(-p["num_tiles"] // one_wave), (nq, p)
+    assert S.topk_plan(dict(cfg, BLOCK_Q=128), 1024, 10_000_000, 132, 0)["splits"] == 33  # 264 blocks: 2 waves
     assert S.topk_plan(cfg, 100, 1000, 132, 0)["splits"] == 4  # never more splits than tiles
     assert S.topk_plan(cfg, 100, 10_000_000, 132, 7)["splits"] == 7  # workspace cap
     with pytest.raises(InputError, match="2\\^31"):
@@ -152,7 +228,7 @@ def test_plan_splits_are_balanced_and_capped():
 
 
 def test_pack_layout_roundtrip():
-    cfg = dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1)
+    cfg = dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     blob = S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5, 100, 5000, 768, 10, 40, 3, 1)
     assert len(blob) == S.SEARCH_PARAMS_BYTES == 88
     f = struct.unpack("<QQQQqqqiiiiiiii", blob)

@@ -145,10 +145,10 @@ def test_k_equals_n_and_single_query():
 
 
 _EXPLICIT = [
-    dict(BLOCK_N=64, BLOCK_Q=16, BLOCK_K=32, WARPS_N=2, WARPS_Q=2, STAGES=2, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1),
-    dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=5, VEC=8, MERGE=1, EPI_ROWS=128, MIN_BLOCKS=1),
-    dict(BLOCK_N=256, BLOCK_Q=48, BLOCK_K=128, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=4, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1),
-    dict(BLOCK_N=256, BLOCK_Q=8, BLOCK_K=32, WARPS_N=2, WARPS_Q=1, STAGES=4, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1),
+    dict(BLOCK_N=64, BLOCK_Q=16, BLOCK_K=32, WARPS_N=2, WARPS_Q=2, STAGES=2, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0),
+    dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=5, VEC=8, MERGE=1, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0),
+    dict(BLOCK_N=256, BLOCK_Q=48, BLOCK_K=128, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=4, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0),
+    dict(BLOCK_N=256, BLOCK_Q=8, BLOCK_K=32, WARPS_N=2, WARPS_Q=1, STAGES=4, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0),
 ]
 
 
@@ -164,6 +164,47 @@ def test_results_do_not_depend_on_config_or_splits():
     for splits in (1, 3, 1000):
         s, i = sim._search_gpu(q, c, 10, "l2", sim.default_config(NQ, 10, "float16", D), False, splits=splits)
         assert torch.equal(i, base_i) and torch.equal(s, base_s), splits
+
+
+#: wgmma main loop (MMA=1) configs: two warpgroups with two m64 blocks each, one warpgroup with one; D_WG gives
+#: 4 slices of 64 elements per tile, the last one short (an MMA group is in flight across every refill barrier)
+_WGMMA = [
+    dict(BLOCK_N=256, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
+         MIN_BLOCKS=1, MMA=1),
+    dict(BLOCK_N=64, BLOCK_Q=16, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=4, VEC=8, MERGE=0, EPI_ROWS=128,
+         MIN_BLOCKS=1, MMA=1),
+]
+D_WG = 200
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="wgmma main loop: sm_90 only")
+@pytest.mark.parametrize("dt", ("float16", "bfloat16"))
+def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
+    """MMA=1 against the float64 rule for every metric, the exact tie rule on integer data, and bit-identical
+    results to the mma.sync main loop (the same products, fp32 accumulation in the same k order)."""
+    from tunelab.tuning.families.similarity import check_topk
+
+    sim = _sim()
+    q, c = _inputs(dt, d=D_WG, seed=11)
+    base_cfg = sim.default_config(NQ, 10, dt, D_WG)
+    for cfg in _WGMMA:
+        for metric in METRICS:
+            s, i = sim.similarity_search(q, c, 10, metric=metric, config=cfg)
+            rep = check_topk(s, i, q, c, 10, metric)
+            assert rep.ok, (cfg, metric, rep.reason)
+            s0, i0 = sim.similarity_search(q, c, 10, metric=metric, config=dict(base_cfg, MMA=0))
+            assert torch.equal(i, i0), (cfg, metric, "indices differ from mma.sync")
+            torch.testing.assert_close(s, s0, rtol=1e-6, atol=1e-6 * float(s0.abs().max()))
+    g = torch.Generator(device="cuda").manual_seed(5)
+    tdt = getattr(torch, dt)
+    qi = torch.randint(-2, 3, (NQ, D_WG), generator=g, device="cuda").to(tdt)
+    ci = torch.randint(-2, 3, (N, D_WG), generator=g, device="cuda").to(tdt)
+    qd, cd = qi.double(), ci.double()
+    order = torch.sort(qd @ cd.T, dim=1, descending=True, stable=True).indices[:, :16]
+    for cfg in _WGMMA:
+        s, i = sim.similarity_search(qi, ci, 16, metric="ip", config=cfg)
+        assert torch.equal(i, order), cfg
 
 
 def test_nan_rows_never_enter():

@@ -43,8 +43,8 @@ int element_bytes(int dtype) {
 // ------------------------------------------------------------------------------------------------ top-k search
 
 const std::vector<std::string>& topk_param_names() {
-    static const std::vector<std::string> names = {"BLOCK_N", "BLOCK_Q", "BLOCK_K", "WARPS_N",  "WARPS_Q",
-                                                   "STAGES",  "VEC",     "MERGE",   "EPI_ROWS", "MIN_BLOCKS"};
+    static const std::vector<std::string> names = {"BLOCK_N", "BLOCK_Q", "BLOCK_K",  "WARPS_N",    "WARPS_Q", "STAGES",
+                                                   "VEC",     "MERGE",   "EPI_ROWS", "MIN_BLOCKS", "MMA"};
     return names;
 }
 
@@ -60,6 +60,7 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"MERGE", {0, 1, 2}},            // 0 rank merge, 1 bitonic, 2 hybrid
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
+            {"MMA", {0, 1}},                 // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles (sm_90a)
         };
         std::vector<long long> q;
         for (int b = 8; b <= 128; b += 8) q.push_back(b);  // queries per block (MMA N side, n8 steps)
@@ -75,8 +76,8 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     if (dtype < 0 || dtype > 2)
         bad(fam, "dtype code " + std::to_string(dtype) + " is not 0 (fp16), 1 (bf16) or 2 (fp32)");
     if (metric < 0 || metric > 2) bad(fam, "metric code " + std::to_string(metric) + " is not 0 (ip), 1 (cosine), 2 (l2)");
-    TopkConfig c{v["BLOCK_N"], v["BLOCK_Q"], v["BLOCK_K"], v["WARPS_N"],  v["WARPS_Q"],
-                 v["STAGES"],  v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"]};
+    TopkConfig c{v["BLOCK_N"], v["BLOCK_Q"], v["BLOCK_K"],  v["WARPS_N"],    v["WARPS_Q"], v["STAGES"],
+                 v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"], v["MMA"]};
     const int row_bytes = c.block_k * element_bytes(dtype);
     if (row_bytes != 64 && row_bytes != 128 && row_bytes != 256)
         bad(fam, "BLOCK_K=" + std::to_string(c.block_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
@@ -94,6 +95,20 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     if (c.min_blocks * c.threads() > 2048)
         bad(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.threads()) +
                      " threads exceeds 2048 threads per SM");
+    if (c.mma == 1) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
+                       // BLOCK_N % (16 x WARPS_N), checked above)
+        const std::string why = "MMA=1 (wgmma warpgroup tiles) needs ";
+        if (dtype == 2) bad(fam, why + "fp16 or bf16 inputs; fp32 (3xTF32) runs on MMA=0");
+        if (row_bytes != 128)
+            bad(fam, why + "128-byte row slices (BLOCK_K=64 for 16-bit inputs), the SWIZZLE_128B atom; BLOCK_K=" +
+                         std::to_string(c.block_k) + " gives " + std::to_string(row_bytes));
+        if (c.warps_q != 1 || (c.warps_n != 4 && c.warps_n != 8))
+            bad(fam, why + "WARPS_Q=1 and WARPS_N 4 or 8 (one or two warpgroups along the corpus rows); got WARPS_N=" +
+                         std::to_string(c.warps_n) + ", WARPS_Q=" + std::to_string(c.warps_q));
+        if (c.stages < 3)
+            bad(fam, why + "STAGES >= 3 (one slice stays in flight on the tensor cores); got STAGES=" +
+                         std::to_string(c.stages));
+    }
     return c;
 }
 
@@ -128,7 +143,7 @@ std::string topk_name_expression(const Config& config, int dtype, int metric) {
     std::ostringstream s;
     s << "tunelab::sim::similarity_topk<tunelab::sim::TopkTraits<" << dtype << ", " << metric << ", " << c.block_n
       << ", " << c.block_q << ", " << c.block_k << ", " << c.warps_n << ", " << c.warps_q << ", " << c.stages << ", "
-      << c.vec << ", " << c.merge << ", " << c.epi_rows_param << ", " << c.min_blocks << ">>";
+      << c.vec << ", " << c.merge << ", " << c.epi_rows_param << ", " << c.min_blocks << ", " << c.mma << ">>";
     return s.str();
 }
 
@@ -144,11 +159,27 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
     p.q_tiles = static_cast<int>(q_tiles);
     const long long tiles = (n + bn - 1) / bn;
     p.num_tiles = static_cast<int>(tiles);
-    // One resident wave: q_tiles * splits ~ target_blocks, every split a contiguous run of equal length.
-    long long splits = target_blocks > 0 ? (target_blocks + q_tiles - 1) / q_tiles : 1;
-    splits = std::max(1LL, std::min(splits, tiles));
-    if (max_splits > 0) splits = std::min(splits, max_splits);
-    splits = std::min(splits, 65535LL);  // grid dimension y
+    // Every split is a contiguous run of equal length; the grid runs in waves of target_blocks resident blocks, so
+    // the time goes as waves x tiles per split. Choose the split count (up to 4 waves) that minimizes that
+    // product, the fewest splits on ties (each split costs a candidate list and a cold first tile). Rounding
+    // q_tiles * splits up past one wave would leave a second wave almost empty: 8 query tiles x 17 splits on
+    // 132 SMs ran 136 blocks in twice the time of 128.
+    long long cap = std::min(tiles, 65535LL);  // grid dimension y
+    if (max_splits > 0) cap = std::min(cap, max_splits);
+    cap = std::max(1LL, cap);
+    long long splits = 1;
+    if (target_blocks > 0) {
+        long long best = -1;
+        const long long hi = std::min(cap, std::max(1LL, (4 * target_blocks) / q_tiles));
+        for (long long s = 1; s <= hi; ++s) {
+            const long long waves = (q_tiles * s + target_blocks - 1) / target_blocks;
+            const long long cost = waves * ((tiles + s - 1) / s);
+            if (best < 0 || cost < best) {
+                best = cost;
+                splits = s;
+            }
+        }
+    }
     const long long per = (tiles + splits - 1) / splits;
     p.tiles_per_split = static_cast<int>(per);
     p.splits = static_cast<int>((tiles + per - 1) / per);  // no empty split

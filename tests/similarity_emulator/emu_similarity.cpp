@@ -24,7 +24,7 @@
 
 namespace tunelab {
 namespace sim {
-__attribute__((aligned(128))) unsigned char tunelab_similarity_smem[emu::kSmemCapacity];
+__attribute__((aligned(1024))) unsigned char tunelab_similarity_smem[emu::kSmemCapacity];
 }
 }  // namespace tunelab
 

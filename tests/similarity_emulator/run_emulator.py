@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent.parent / "csrc" / "kernels"
 RUNTIME = HERE.parent / "emulator"  # runtime and shims shared with the attention emulator
 
-# (DTYPE, METRIC, BLOCK_N, BLOCK_Q, BLOCK_K, WARPS_N, WARPS_Q, STAGES, VEC, MERGE, EPI_ROWS, MIN_BLOCKS)
+# (DTYPE, METRIC, BLOCK_N, BLOCK_Q, BLOCK_K, WARPS_N, WARPS_Q, STAGES, VEC, MERGE, EPI_ROWS, MIN_BLOCKS[, MMA])
 TOPK_CONFIGS = [
     (0, 0, 64, 16, 32, 2, 2, 3, 16, 0, 128, 1),     # fp16 ip, 64-byte rows
     (0, 1, 128, 24, 64, 4, 1, 2, 16, 1, 64, 2),     # fp16 cosine, odd n8 count (ldmatrix.x2), bitonic, 2 passes
@@ -33,7 +33,13 @@ TOPK_CONFIGS = [
     (2, 2, 256, 16, 32, 4, 1, 2, 16, 1, 128, 1),    # fp32 l2, BLOCK_N 256: two epilogue passes
     (0, 2, 256, 16, 32, 1, 2, 2, 16, 0, 64, 1),     # fp16 l2, one warp's rows spanning all four epilogue passes
     (1, 0, 64, 104, 32, 4, 1, 2, 16, 2, 128, 1),    # bf16 ip, 13 n8 tiles per warp (nq = 100 layout)
+    # wgmma main loop (MMA = 1): descriptors, swizzle, one group in flight, prefetch distance STAGES - 2
+    (0, 0, 128, 24, 64, 4, 1, 3, 16, 2, 128, 1, 1),   # fp16 ip, one warpgroup, two m64 blocks
+    (1, 1, 256, 16, 64, 8, 1, 4, 16, 0, 64, 1, 1),    # bf16 cosine (norms by ldmatrix), two warpgroups, 4 passes
+    (0, 2, 64, 40, 64, 4, 1, 3, 8, 1, 128, 1, 1),     # fp16 l2, one m64 block, 8-byte copies
 ]
+#: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs and the first wgmma one
+QUICK_CONFIGS = [0, 1, 2, 3, 8]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [
@@ -105,11 +111,15 @@ def jobs_for(quick: bool) -> list[tuple[str, tuple, list]]:
     """(define, traits, run args) for every run of the matrix."""
     out = []
     scen = [TOPK_SCENARIOS[i] for i in QUICK_SCENARIOS] if quick else TOPK_SCENARIOS
-    cfgs = TOPK_CONFIGS[:4] if quick else TOPK_CONFIGS
+    cfgs = [TOPK_CONFIGS[i] for i in QUICK_CONFIGS] if quick else TOPK_CONFIGS
     for cfg in cfgs:
         for (nq, n, d16, k, splits, chunks, data, seed, late) in scen:
             if chunks == 0 and cfg[1] != 0:
                 continue  # the unfused ablation is inner product only
+            if len(cfg) > 12 and cfg[12] == 1:
+                # wgmma: several 64-element slices per tile (and a short last one), so that an MMA group is in
+                # flight across the barrier that precedes a stage's refill
+                d16 = max(d16, 136)
             d = _d_for(cfg[0], cfg[8], d16)
             if chunks == 0:
                 d = _d_for(cfg[0], 16, d16)  # its GEMM copies 16 bytes

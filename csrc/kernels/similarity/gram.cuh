@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(Tr::kThreads) similarity_gram(const __grid_con
                 "launcher smem formula disagrees with the kernel's own layout (GramTraits::kSmemBytes)");
 #endif
   using L = typename Tr::Layout;
-  extern __shared__ __align__(128) unsigned char tunelab_similarity_smem[];
+  extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];  // as topk.cuh declares it
   unsigned char* smem = tunelab_similarity_smem;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp % Tr::kWarpsM, warp_n = warp / Tr::kWarpsM;

@@ -138,16 +138,17 @@ struct WarpMma {
       }
   }
 
-  // Squared norms of the lane's A rows over one 32-byte k-step, from A fragments re-read with ldmatrix.
+  // Squared norms of the lane's A rows over one 32-byte k-step, from A fragments re-read with ldmatrix. Row block
+  // mt starts at tile row a_row0 + mt * ROW_STRIDE (16: a warp's m16 tiles; 64: a warpgroup's m64 blocks).
   // A pass of its own (not fused into kstep()): fused, the unpacked values compete with the accumulators and
   // B fragments for registers (+34 per thread at 64 x 56 warp tiles, which then spilled); separately it runs
   // when the B fragments are dead, and only in the warps that need it.
-  template <class LA>
+  template <class LA, int ROW_STRIDE = 16>
   __device__ __forceinline__ void norms_kstep(unsigned a_tile, const LA& la, int a_row0, int ks) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       unsigned a[4];
-      ldmatrix_x4(a, a_tile + la.at(a_row0 + mt * 16, ks));
+      ldmatrix_x4(a, a_tile + la.at(a_row0 + mt * ROW_STRIDE, ks));
       if constexpr (ElemInfo<DTYPE>::kTf32) {
         const float x0 = __uint_as_float(a[0]), x1 = __uint_as_float(a[1]);
         const float x2 = __uint_as_float(a[2]), x3 = __uint_as_float(a[3]);

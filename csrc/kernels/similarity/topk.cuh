@@ -30,6 +30,7 @@
 //   MERGE 2 (hybrid):  rank when m <= 32, else bitonic.
 #pragma once
 
+#include "common/wgmma.cuh"
 #include "similarity/mma_tile.cuh"
 
 namespace tunelab {
@@ -232,8 +233,17 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 
 // ------------------------------------------------------------------------------------------ search kernel
 
+// MMA_ selects the main loop's tensor-core path:
+//   0 (mma.sync): each warp owns a (BLOCK_N / WARPS_N) x (BLOCK_Q / WARPS_Q) tile, fragments via ldmatrix.
+//   1 (wgmma, sm_90a): warpgroups of 4 warps; warpgroup w owns corpus rows [w * BN / WG, (w + 1) * BN / WG) in
+//     m64 blocks and every query column (WARPS_Q = 1, BLOCK_N = 64 * WG * MT); both operands go from shared
+//     memory to the tensor cores (no ldmatrix, no fragments in registers), and the MMA of one slice overlaps the
+//     issue of the next: one wgmma group stays in flight, so a stage is refilled two slices after it was read
+//     (prefetch distance STAGES - 2, STAGES >= 3). 16-bit inputs with 128-byte row slices (BLOCK_K = 64).
+//     The accumulators have mma.sync's fragment layout: warp q of a warpgroup holds rows 16q + g (+8) of each
+//     m64 block, so the epilogue is shared; only the row of (mt, h) differs (row_of()).
 template <int DTYPE_, int METRIC_, int BLOCK_N_, int BLOCK_Q_, int BLOCK_K_, int WARPS_N_, int WARPS_Q_, int STAGES_,
-          int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1>
+          int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1, int MMA_ = 0>
 struct TopkTraits {
   static constexpr int kDtype = DTYPE_;
   static constexpr int kMetric = METRIC_;
@@ -246,13 +256,20 @@ struct TopkTraits {
   static constexpr int kVec = VEC_;
   static constexpr int kMerge = MERGE_;
   static constexpr int kMinBlocks = MIN_BLOCKS_;  // __launch_bounds__ minimum: 2 caps registers for 2 blocks/SM
+  static constexpr int kMma = MMA_;
+  static constexpr bool kWgmma = MMA_ == 1;
   static constexpr int kWarps = kWarpsN * kWarpsQ;
+  static constexpr int kWarpgroups = kWarps / 4;  // wgmma path only
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
   static constexpr int kRowBytes = kBlockK * kElemBytes;  // one pipeline slice of a row
   static constexpr int kKSteps = kRowBytes / 32;
   static constexpr int kWarpN = kBlockN / kWarpsN;
-  static constexpr int kMT = kWarpN / 16;
+  // m16 (mma.sync) or m64 (wgmma) row blocks per warp, and the distance between a warp's consecutive blocks
+  static constexpr int kMT = kWgmma ? kBlockN / (64 * (kWarps / 4 > 0 ? kWarps / 4 : 1)) : kWarpN / 16;
+  static constexpr int kMtStride = kWgmma ? 64 : 16;
+  // slices loaded ahead of the one being multiplied (wgmma keeps the previous slice's MMA in flight)
+  static constexpr int kPrefetch = kWgmma ? kStages - 2 : kStages - 1;
   static constexpr int kWarpQ = kBlockQ / kWarpsQ;
   static constexpr int kNT = kWarpQ / 8;
   // The score tile holds EPI_ROWS corpus rows of every query column; longer tiles are handled in several passes
@@ -296,6 +313,13 @@ struct TopkTraits {
   static_assert(EPI_ROWS_ == 64 || EPI_ROWS_ == 128, "EPI_ROWS 64 or 128");
   static_assert(kMinBlocks == 1 || kMinBlocks == 2, "MIN_BLOCKS 1 or 2");
   static_assert(kStageBytes % 128 == 0 && kScoreBytes % 16 == 0, "region alignment");
+  static_assert(kMma == 0 || kMma == 1, "MMA 0 (mma.sync) or 1 (wgmma)");
+  static_assert(!kWgmma || kDtype == kF16 || kDtype == kBF16, "wgmma path: fp16 and bf16 only");
+  static_assert(!kWgmma || kRowBytes == 128, "wgmma path: 128-byte row slices (BLOCK_K = 64), the SWIZZLE_128B atom");
+  static_assert(!kWgmma || (kWarpsQ == 1 && (kWarpsN == 4 || kWarpsN == 8)), "wgmma path: WARPS_Q = 1, WARPS_N 4 or 8");
+  static_assert(!kWgmma || kBlockN % (64 * (kWarpsN / 4)) == 0, "wgmma path: BLOCK_N a multiple of 64 per warpgroup");
+  static_assert(!kWgmma || kStages >= 3, "wgmma path: STAGES >= 3 (one slice in flight on the tensor cores)");
+  static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
 };
 
 template <class Tr>
@@ -307,6 +331,7 @@ struct TopkBlock {
   const SearchParams& p;
   unsigned char* smem;
   int tid, lane, warp, warp_n, warp_q, q0, KT;
+  int row_base;  // tile row of this warp's first accumulator row block
   float* scores;
   float* norms;
   float* skey;
@@ -324,6 +349,8 @@ struct TopkBlock {
     warp_q = warp / Tr::kWarpsN;
     q0 = static_cast<int>(blockIdx.x) * BQ;
     KT = (p.d + BK - 1) / BK;
+    if constexpr (Tr::kWgmma) row_base = (warp / 4) * MT * 64 + (warp % 4) * 16;
+    else row_base = warp_n * Tr::kWarpN;
     scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset);
     norms = reinterpret_cast<float*>(smem + Tr::kNormOffset);
     skey = reinterpret_cast<float*>(smem + Tr::kScratchOffset) + warp * 2 * EPI;
@@ -333,6 +360,9 @@ struct TopkBlock {
     lkey = reinterpret_cast<float*>(smem + Tr::kListOffset);
     lidx = reinterpret_cast<int*>(lkey + 2 * BQ * p.k);
   }
+
+  // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
+  __device__ __forceinline__ int row_of(int mt, int h, int g) const { return row_base + mt * Tr::kMtStride + g + 8 * h; }
 
   __device__ __forceinline__ QueryList list_of(int c) const {
     QueryList ql;
@@ -369,7 +399,7 @@ struct TopkBlock {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) sts(norms + warp_n * Tr::kWarpN + mt * 16 + g + 8 * h, mma.nrm[mt][h]);
+            for (int h = 0; h < 2; ++h) sts(norms + row_of(mt, h, g), mma.nrm[mt][h]);
         }
       }
       __syncthreads();  // every warp needs its rows' norms for the pre-check
@@ -393,7 +423,7 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int row = warp_n * Tr::kWarpN + mt * 16 + g + 8 * h;
+            const int row = row_of(mt, h, g);
             const float dot = mma.acc[mt][nt][2 * h + e];
             float key = dot;
             if constexpr (Tr::kMetric == kCosine) key = dot * rsqrtf(fmaxf(lds(norms + row), 1e-24f));
@@ -415,7 +445,7 @@ struct TopkBlock {
       for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int row = warp_n * Tr::kWarpN + mt * 16 + g + 8 * h;
+          const int row = row_of(mt, h, g);
           if (row / EPI != pass) continue;
           const bool valid = row0 + row < p.n;
 #pragma unroll
@@ -474,6 +504,28 @@ struct TopkBlock {
     }
   }
 
+  // Start of main-loop iteration `it` (flattened tile x slice): waits until slice `it` has landed for every
+  // thread, refills the stage freed for slice it + kPrefetch (ld_tile / ld_kc: the next slice to load) and
+  // returns slice it's stage address. The stage refilled is free for every warp after the barrier: mma.sync
+  // read it in the previous iteration; wgmma two iterations ago, and each warp waited for that MMA group in
+  // the previous iteration (wait<1>).
+  __device__ __forceinline__ unsigned begin_slice(int it, int total, int& ld_tile, int& ld_kc) {
+    cp_async_wait<Tr::kPrefetch - 1>();
+    // wgmma reads shared memory through the async proxy: make this thread's cp.async data visible to it
+    if constexpr (Tr::kWgmma) wg::fence_proxy_async();
+    __syncthreads();
+    const int ld_it = it + Tr::kPrefetch;
+    if (ld_it < total) {
+      load(ld_it % Tr::kStages, ld_tile, ld_kc);
+      if (++ld_kc == KT) {
+        ld_kc = 0;
+        ++ld_tile;
+      }
+    }
+    cp_async_commit();
+    return smem_u32(smem) + static_cast<unsigned>((it % Tr::kStages) * Tr::kStageBytes);
+  }
+
   __device__ __forceinline__ void run() {
     const int split = static_cast<int>(blockIdx.y);
     const int tile_begin = split * p.tiles_per_split;
@@ -501,7 +553,7 @@ struct TopkBlock {
     // wait_group counts below are the same for every thread and every iteration.
     int ld_tile = tile_begin, ld_kc = 0;
 #pragma unroll
-    for (int s = 0; s < Tr::kStages - 1; ++s) {
+    for (int s = 0; s < Tr::kPrefetch; ++s) {
       if (s < total) {
         load(s, ld_tile, ld_kc);
         if (++ld_kc == KT) {
@@ -512,39 +564,65 @@ struct TopkBlock {
       cp_async_commit();
     }
 
-    int tile = tile_begin, kc = 0;
-    for (int it = 0; it < total; ++it) {
-      cp_async_wait<Tr::kStages - 2>();
-      // slice `it` has landed for every thread, and every warp is done with the stage refilled below
-      __syncthreads();
-      const int ld_it = it + Tr::kStages - 1;
-      if (ld_it < total) {
-        load(ld_it % Tr::kStages, ld_tile, ld_kc);
-        if (++ld_kc == KT) {
-          ld_kc = 0;
-          ++ld_tile;
-        }
-      }
-      cp_async_commit();
-
-      const unsigned a_tile = smem_u32(smem) + static_cast<unsigned>((it % Tr::kStages) * Tr::kStageBytes);
-      const unsigned b_tile = a_tile + Tr::kATileBytes;
-      const LdsmLaneAddr<L, 1> la_i = la.opaque(), lb_i = lb.opaque();
+    if constexpr (Tr::kWgmma) {
+      // Tiles, then slices: the epilogue follows an unconditional wait for every MMA group, outside the slice
+      // loop (accumulator reads inside a branch after a conditional wait make ptxas serialize the wgmmas).
+      int it = 0;
+      for (int tile = tile_begin; tile < tile_end; ++tile) {
+        for (int kc = 0; kc < KT; ++kc, ++it) {
+          const unsigned a_tile = begin_slice(it, total, ld_tile, ld_kc);
+          const unsigned b_tile = a_tile + Tr::kATileBytes;
+          // this warpgroup's m64 blocks: rows (warp / 4) * MT * 64 + mt * 64 of the A tile, 128 bytes per row
+          const unsigned a_wg = a_tile + static_cast<unsigned>((warp / 4) * MT * 64 * 128);
+          wg::fence_operands(mma.acc);
+          wg::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < Tr::kKSteps; ++ks)
-        mma.kstep(a_tile, b_tile, la_i, lb_i, warp_n * Tr::kWarpN, warp_q * Tr::kWarpQ, ks, lane);
-      if constexpr (Tr::kNorms) {
-        if (warp_q == 0) {
+          for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+            const unsigned long long db = wg::desc_k_sw128(b_tile + 32u * ks);
 #pragma unroll
-          for (int ks = 0; ks < Tr::kKSteps; ++ks) mma.norms_kstep(a_tile, la_i, warp_n * Tr::kWarpN, ks);
+            for (int mt = 0; mt < MT; ++mt) {
+              const unsigned long long da = wg::desc_k_sw128(a_wg + static_cast<unsigned>(mt * 64 * 128) + 32u * ks);
+              if constexpr (Tr::kDtype == kF16) wg::wgmma_m64k16_f16(mma.acc[mt], da, db);
+              else wg::wgmma_m64k16_bf16(mma.acc[mt], da, db);
+            }
+          }
+          wg::commit();
+          // the rows' squared norms come from ldmatrix reads of the same stage while the MMAs run
+          if constexpr (Tr::kNorms) {
+            const LdsmLaneAddr<L, 1> la_i = la.opaque();
+#pragma unroll
+            for (int ks = 0; ks < Tr::kKSteps; ++ks)
+              mma.template norms_kstep<LdsmLaneAddr<L, 1>, 64>(a_tile, la_i, row_base, ks);
+          }
+          wg::wait<1>();  // the previous slice's group: its stage is refilled after the next barrier
+          wg::fence_operands(mma.acc);
         }
-      }
-
-      if (++kc == KT) {
+        wg::wait<0>();
+        wg::fence_operands(mma.acc);
         epilogue(mma, tile);
         mma.zero();
-        kc = 0;
-        ++tile;
+      }
+    } else {
+      int tile = tile_begin, kc = 0;
+      for (int it = 0; it < total; ++it) {
+        const unsigned a_tile = begin_slice(it, total, ld_tile, ld_kc);
+        const unsigned b_tile = a_tile + Tr::kATileBytes;
+        const LdsmLaneAddr<L, 1> la_i = la.opaque(), lb_i = lb.opaque();
+#pragma unroll
+        for (int ks = 0; ks < Tr::kKSteps; ++ks)
+          mma.kstep(a_tile, b_tile, la_i, lb_i, warp_n * Tr::kWarpN, warp_q * Tr::kWarpQ, ks, lane);
+        if constexpr (Tr::kNorms) {
+          if (warp_q == 0) {
+#pragma unroll
+            for (int ks = 0; ks < Tr::kKSteps; ++ks) mma.norms_kstep(a_tile, la_i, warp_n * Tr::kWarpN, ks);
+          }
+        }
+        if (++kc == KT) {
+          epilogue(mma, tile);
+          mma.zero();
+          kc = 0;
+          ++tile;
+        }
       }
     }
     cp_async_wait<0>();
@@ -575,7 +653,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) similarity_topk(
   static_assert(Tr::kStaticSmemBytes == TUNELAB_EXPECTED_SMEM,
                 "launcher smem formula disagrees with the kernel's own layout (TopkTraits::kStaticSmemBytes)");
 #endif
-  extern __shared__ __align__(128) unsigned char tunelab_similarity_smem[];
+  // 1024-byte alignment: the wgmma path's SWIZZLE_128B atoms (the kernels declare no static shared memory, so
+  // the dynamic window starts at its base)
+  extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
   TopkBlock<Tr> blk(p, tunelab_similarity_smem);
   blk.run();
 }
@@ -593,7 +673,7 @@ __host__ __device__ constexpr long long merge_smem_bytes(int warps, int k) {
 template <int DTYPE, int METRIC, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_constant__ MergeParams p) {
   static_assert(WARPS >= 1 && WARPS <= 16, "1..16 warps");
-  extern __shared__ __align__(128) unsigned char tunelab_similarity_smem[];
+  extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
   constexpr int R = kMergeR;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
@@ -685,23 +765,27 @@ __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_cons
   }
   __syncthreads();
 
-  // Phase 2: warp 0 takes in the other warps' lists.
+  // Phase 2: warp 0 takes in the other warps' lists, as one concatenation offered 32 * R entries at a time
+  // (k = 10 and 8 warps: one consume() instead of seven).
   if (warp != 0) return;
-  for (int w = 1; w < WARPS; ++w) {
-    const QueryList other = list_of(w);
-    const int olen = lds(other.meta);
-    const int osel = lds(other.meta + 1);
-    const float* ok = osel ? other.key1 : other.key0;
-    const int* oi = osel ? other.idx1 : other.idx0;
-    for (int base = 0; base < olen; base += 32 * R) {
+  int total2 = 0;
+  for (int w = 1; w < WARPS; ++w) total2 += lds(meta + 4 * w);
+  for (int base = 0; base < total2; base += 32 * R) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int e = base + r * 32 + lane;
-        v[r] = e < olen ? lds(ok + e) : f32_nan();
-        id[r] = e < olen ? lds(oi + e) : -1;
+    for (int r = 0; r < R; ++r) {
+      int e = base + r * 32 + lane;
+      v[r] = f32_nan();
+      id[r] = -1;
+      if (e < total2) {
+        int w = 1;
+        while (e >= lds(meta + 4 * w)) e -= lds(meta + 4 * w++);  // entry e of list w (empty lists are passed)
+        const QueryList other = list_of(w);
+        const int osel = lds(other.meta + 1);
+        v[r] = lds((osel ? other.key1 : other.key0) + e);
+        id[r] = lds((osel ? other.idx1 : other.idx0) + e);
       }
-      consume<R, 2>(mine, v, id, k, skey, sidx, lane);
     }
+    consume<R, 2>(mine, v, id, k, skey, sidx, lane);
   }
 
   const int len = lds(mine.meta);

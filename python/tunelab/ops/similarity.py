@@ -44,7 +44,7 @@ from typing import Any, Mapping
 from tunelab import _core
 from tunelab.ops import config as _config
 from tunelab.ops.loading import DeviceFunctions
-from tunelab.errors import InputError
+from tunelab.errors import ConfigError, InputError
 
 _S = _core.similarity
 
@@ -69,9 +69,30 @@ _SEARCH_SOURCE = '#include "similarity/topk.cuh"\n'
 _GRAM_SOURCE = '#include "similarity/gram.cuh"\n'
 
 
-def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1) -> dict[str, int]:
+def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma=0) -> dict[str, int]:
     return dict(BLOCK_N=bn, BLOCK_Q=bq, BLOCK_K=bk, WARPS_N=wn, WARPS_Q=wq, STAGES=stages, VEC=vec, MERGE=merge,
-                EPI_ROWS=epi, MIN_BLOCKS=min_blocks)
+                EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma)
+
+
+#: Archs whose tensor cores take warpgroup MMAs (``MMA=1``); kernels for them are compiled for the arch-specific
+#: target (``sm_90a``), which only that arch runs.
+WGMMA_ARCHS = ("sm_90", "sm_90a")
+
+
+def wgmma_supported(arch: str) -> bool:
+    """True when ``arch`` runs the search's wgmma main loop (``MMA=1``): Hopper, sm_90."""
+    return arch in WGMMA_ARCHS
+
+
+def compile_arch(config: Mapping[str, Any], arch: str) -> str:
+    """The NVRTC target for a search config on ``arch``: ``sm_90a`` for a wgmma config (``MMA=1``) on sm_90,
+    ``arch`` otherwise; ConfigError when ``arch`` has no wgmma."""
+    if int(config.get("MMA", 0)) != 1:
+        return arch
+    if not wgmma_supported(arch):
+        raise ConfigError(f"similarity config MMA=1 (wgmma warpgroup tiles) needs an sm_90 (Hopper) GPU; the target "
+                          f"is {arch}: use MMA=0 (mma.sync), which every supported arch runs")
+    return "sm_90a"
 
 
 def _round8(n: int) -> int:
@@ -92,6 +113,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       slices, 3 stages.
     * nq > 112 (compute-bound): 128 x 128 tiles, 2 x 4 warps of 64 x 32, 128-byte slices, 3 stages.
     * GPUs with less than 200 KiB of shared memory per block (sm_8x) get 128-row tiles in the first two cases.
+    * sm_90 with fp16/bf16 and nq > 8: the wgmma main loop (MMA=1) over 128-row tiles in two warpgroups,
+      64-element slices, 4 stages (two slices in flight besides the one on the tensor cores); above 112 queries
+      with 64-row epilogue passes, so that 4 stages fit. Measured on the H200 (benchmarks/similarity_probe.py
+      --variants wgmma): 7-18% faster than the mma.sync tiling at nq = 100, 10-20% at nq = 1024.
 
     fp32 slices hold half as many elements. STAGES, then BLOCK_Q, shrink until the running top-k lists
     (2 * BLOCK_Q * k * 8 bytes) fit in the shared memory of ``arch`` (default: the current GPU's); every default
@@ -107,12 +132,14 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     # below ~200 KiB (sm_80: 163, sm_86/89: 99) the 256-row tile keeps only 2 stages and ptxas spills its 112
     # accumulators; 128-row tiles (56 accumulators) keep 3 stages there
     big = limit >= 200 * 1024
+    wgmma = eb == 2 and wgmma_supported(arch or current_arch())
     if nq <= 8:
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112:
-        cfg = _cfg(256 if big else 128, max(16, (int(nq) + 15) // 16 * 16), 128 // eb, 4, 2, 3)
+        bq = max(16, (int(nq) + 15) // 16 * 16)
+        cfg = _cfg(128, bq, 64, 8, 1, 4, mma=1) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
     else:
-        cfg = _cfg(128, 128, 128 // eb, 2, 4, 3)
+        cfg = _cfg(128, 128, 64, 8, 1, 4, epi=64, mma=1) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
     return fit_config(cfg, k, dt, limit)
@@ -126,12 +153,26 @@ def smem_limit(arch: str) -> int:
 def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit: int = 227 * 1024,
                metric: str = "l2") -> dict:
     """``config`` with STAGES, EPI_ROWS, BLOCK_Q, BLOCK_K and BLOCK_N lowered (in that order) until its shared
-    memory for ``k`` and ``metric`` fits
-    ``limit`` bytes (the default metric is the most demanding one: cosine and l2 keep the tile's row norms)."""
+    memory for ``k`` and ``metric`` fits ``limit`` bytes (the default metric is the most demanding one: cosine
+    and l2 keep the tile's row norms). A wgmma config (``MMA=1``) first lowers STAGES to 3, EPI_ROWS and BLOCK_Q
+    within its own rules, then falls back to ``MMA=0``."""
     code = DTYPE_CODES[LONG_DTYPES.get(dtype, dtype)]
     mcode = METRICS[metric]
     cfg = canonical_config(config)
     while _S.topk_smem_bytes(cfg, code, mcode, k) > limit:
+        if cfg["MMA"] == 1:  # keep the wgmma rules (STAGES >= 3, WARPS_Q = 1) while they can fit, else mma.sync
+            if cfg["STAGES"] > 3:
+                cfg["STAGES"] -= 1
+            elif cfg["EPI_ROWS"] > 64 and cfg["BLOCK_N"] > 64:
+                cfg["EPI_ROWS"] = 64
+            elif cfg["BLOCK_Q"] > 8:
+                new_bq = 8
+                while new_bq * 2 < cfg["BLOCK_Q"]:
+                    new_bq *= 2
+                cfg["BLOCK_Q"] = new_bq
+            else:
+                cfg["MMA"] = 0
+            continue
         if cfg["STAGES"] > 2:
             cfg["STAGES"] -= 1
             continue
@@ -167,7 +208,11 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
 
 
 def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
-    """``config`` as plain ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or bad values."""
+    """``config`` as plain ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or bad values.
+
+    ``MMA`` may be left out (configs written before the wgmma main loop existed): it then means 0, mma.sync."""
+    if isinstance(config, Mapping) and "MMA" not in config:
+        config = {**config, "MMA": 0}
     return _config.canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
 
 
@@ -368,7 +413,7 @@ def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric:
     from tunelab.errors import CompileError
 
     try:
-        result = _core.compile(_SEARCH_SOURCE, [expr, merges[8], merges[4]], arch, [],
+        result = _core.compile(_SEARCH_SOURCE, [expr, merges[8], merges[4]], compile_arch(cfg, arch), [],
                                {"TUNELAB_EXPECTED_SMEM": str(static)}, {}, [str(kernels_dir())], 0, use_cache)
     except CompileError as exc:
         exc.config = dict(cfg)

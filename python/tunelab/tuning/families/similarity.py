@@ -21,13 +21,16 @@ name         choices              what it does
                                   can share an SM (one's epilogue overlapping the other's MMA main loop)
 ``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
                                   blocks; ptxas may then spill, which the compiled gate rejects)
+``MMA``      0, 1                 main loop: 0 ``mma.sync`` warp tiles fed by ldmatrix; 1 ``wgmma`` warpgroup tiles
+                                  read straight from shared memory (sm_90 only; fp16/bf16, BLOCK_K x bytes = 128,
+                                  WARPS_Q = 1, WARPS_N 4 or 8, BLOCK_N a multiple of 64 per warpgroup, STAGES >= 3)
 ===========  ===================  ====================================================================================
 
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
 2..16 warps, ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
 :data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill). Static gates: shared memory for the problem's k
 (``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline) against the arch's opt-in limit, and the
-copy width against d. Compiled gates (generic): registers, spills, occupancy.
+copy width against d, and ``MMA=1`` only on sm_90. Compiled gates (generic): registers, spills, occupancy.
 
 Numerics gate: the search runs on random normal inputs (outputs poisoned first) and is compared with a float64
 reference: every returned index must be a true top-k member up to ties within the fp32 rounding of a score
@@ -64,6 +67,7 @@ _DESCRIPTIONS = {
     "MERGE": "running top-k merge: 0 rank, 1 bitonic, 2 hybrid",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
+    "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles (sm_90)",
 }
 
 
@@ -126,8 +130,20 @@ def as_problem(problem: Any) -> SearchProblem:
 
 # ------------------------------------------------------------------------------------------------ the space
 def accumulators(c: Mapping[str, Any]) -> int:
-    """fp32 accumulator registers per thread of a config."""
+    """fp32 accumulator registers per thread of a config (wgmma: a warpgroup's m64 blocks x every query column)."""
+    if c.get("MMA", 0) == 1:
+        return (c["BLOCK_N"] // (64 * max(1, c["WARPS_N"] // 4))) * (c["BLOCK_Q"] // 8) * 4
     return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
+
+
+def wgmma_rules(c: Mapping[str, Any], element_bytes: int) -> bool:
+    """The wgmma main loop's rules (``MMA=1``): 16-bit inputs, 128-byte row slices, WARPS_Q = 1, WARPS_N 4 or 8,
+    STAGES >= 3 (BLOCK_N a multiple of 64 per warpgroup is the generic BLOCK_N % (16 WARPS_N) rule). Always true
+    for ``MMA=0``."""
+    if c.get("MMA", 0) != 1:
+        return True
+    return (element_bytes == 2 and c["BLOCK_K"] * element_bytes == 128 and c["WARPS_Q"] == 1
+            and c["WARPS_N"] in (4, 8) and c["STAGES"] >= 3)
 
 
 def block_q_choices(nq: int) -> list[int]:
@@ -155,6 +171,7 @@ def build_space(problem: Any) -> SearchSpace:
         Param("MERGE", [0, 1, 2], ordered=False, description=_DESCRIPTIONS["MERGE"]),
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
+        Param("MMA", [0, 1], ordered=False, description=_DESCRIPTIONS["MMA"]),
     ]
     eb = p.element_bytes
     k, metric = p.k, p.metric
@@ -176,6 +193,9 @@ def build_space(problem: Any) -> SearchSpace:
                    "MIN_BLOCKS x threads exceeds 2048 threads per SM", code="static.threads"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= MAX_ACCUMULATORS,
                    f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread (certain spills)"),
+        Constraint("wgmma_rules", lambda c: wgmma_rules(c, eb),
+                   "MMA=1 needs 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 and STAGES >= 3",
+                   code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
     ]
@@ -369,6 +389,8 @@ class SimilarityFamily(TunableFamily):
         if (p.d * p.element_bytes) % config["VEC"]:
             out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
                                                    f"VEC={config['VEC']}"))
+        if config.get("MMA", 0) == 1 and not _ops().wgmma_supported(arch):
+            out.append(Rejection("static.arch", f"MMA=1 (wgmma) runs on sm_90 only; the target is {arch}"))
         return out
 
     def compile(self, config: Config, problem: Any, arch: str) -> CompiledCandidate:
