@@ -4,9 +4,9 @@
 
 PTX needs the accumulator registers spelled out one by one in the instruction, so each N (8..128 in steps of 8:
 BLOCK_Q, the N side, is at most 128) is its own inline-asm statement; this script writes them instead of a
-person. Overloads are selected by the accumulator array's type ``float (&)[N / 8][4]``, whose layout per n8 column block j is the m16n8 C fragment
-of mma.sync (``d[j][0..1]``: row g, cols 8j + 2t, +1; ``d[j][2..3]``: row g + 8) for the 16 rows of the
-warp's quarter of the 64-row tile.
+person. Overloads are selected by the accumulator array's type ``float (&)[N / 8][4]``, whose layout per n8
+column block j is the m16n8 C fragment of mma.sync (``d[j][0..1]``: row g, cols 8j + 2t, +1; ``d[j][2..3]``:
+row g + 8) for the 16 rows of the warp's quarter of the 64-row tile.
 
 Usage: python3 scripts/gen_wgmma.py   (rewrites the header; CI's test_wgmma_header_is_generated checks it is
 current)

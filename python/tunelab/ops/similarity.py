@@ -116,7 +116,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     * sm_90 with fp16/bf16 and nq > 8: the wgmma main loop (MMA=1) over 128-row tiles in two warpgroups,
       64-element slices, 4 stages (two slices in flight besides the one on the tensor cores); above 112 queries
       with 64-row epilogue passes, so that 4 stages fit. Measured on the H200 (benchmarks/similarity_probe.py
-      --variants wgmma): 7-18% faster than the mma.sync tiling at nq = 100, 10-20% at nq = 1024.
+      --variants wgmma): 6-18% faster than the mma.sync tiling at nq = 100, 7-14% at nq = 1024.
 
     fp32 slices hold half as many elements. STAGES, then BLOCK_Q, shrink until the running top-k lists
     (2 * BLOCK_Q * k * 8 bytes) fit in the shared memory of ``arch`` (default: the current GPU's); every default
