@@ -54,6 +54,8 @@ def test_schedule_and_argument_errors():
 
 
 def _run(path, **kw):
+    # the local search is on by default with TPE (the default sampler, gp, chooses among all valid configs)
+    kw.setdefault("sampler", "tpe")
     return tune("toy", replay=path, trials=40, seed_trials=8, storage="memory", progress=False, confirm=False,
                 save_results_file=False, seed=3, **kw)
 

@@ -39,7 +39,7 @@ def test_grid_proposes_only_valid_configs(toy_replay_path):
 
 
 def test_unknown_sampler():
-    with pytest.raises(ConfigError, match=r"unknown sampler 'bayes'; accepted samplers are \['tpe'"):
+    with pytest.raises(ConfigError, match=r"unknown sampler 'bayes'; accepted samplers are \['auto'"):
         tune("toy", {"M": 1}, sampler="bayes")
 
 

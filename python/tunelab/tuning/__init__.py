@@ -26,7 +26,7 @@ def tune(*args: Any, **kwargs: Any):
 
 tune.__doc__ = """Tune a kernel family for a problem and return a TuneResult.
 
-``tune("attention", problem, trials=120, seed_trials=20, sampler="tpe", target_speedup=1.10, replay=None, ...)``;
+``tune("attention", problem, trials=120, seed_trials=20, sampler="auto", target_speedup=1.10, replay=None, ...)``;
 see :func:`tunelab.tuning.api.tune` for every option."""
 
 

@@ -17,7 +17,7 @@ from tunelab.tuning.driver import SearchDriver, SearchOptions, default_compile_w
 from tunelab.tuning.family import DTYPES, TunableFamily, get_family, stable_hash
 from tunelab.tuning.gates import GateConfig, static_rejection
 from tunelab.tuning.results import SCHEMA, VERSION, TuneResult, fingerprint, save_results, utcnow
-from tunelab.tuning.samplers import SAMPLERS, Codec, make_sampler
+from tunelab.tuning.samplers import SAMPLERS, Codec, make_sampler, resolve_sampler
 from tunelab.tuning.seeding import (lhs_configs, occupancy_ranked, parse_seed_from, top_configs_from_file,
                                     top_configs_from_study)
 from tunelab.tuning.study import (device_slug, fail_interrupted, info, make_study_name, open_storage, redact,
@@ -77,7 +77,7 @@ def _progress(enabled: bool | None):
 
 
 def tune(family: str | TunableFamily = "attention", problem: Any = None, *, trials: int = 120,
-         seed_trials: int = 20, sampler: str | optuna.samplers.BaseSampler = "tpe", seed: int = 0,
+         seed_trials: int = 20, sampler: str | optuna.samplers.BaseSampler = "auto", seed: int = 0,
          timeout: float | None = None, patience: int | None = None, target_speedup: float = 1.10, top_k: int = 3,
          confirm_rounds: int = 100,
          confirm: bool = True, storage: str | None = None, study_name: str | None = None,
@@ -91,10 +91,12 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
     """Find the fastest correct config of ``family`` for ``problem`` on this GPU and prove it.
 
     Search (``trials`` evaluations, ``seed_trials`` Latin-hypercube seeds, ``sampler`` one of
-    ``tpe | random | grid | cmaes | nsga2`` or an Optuna sampler object, optional ``timeout`` seconds and
-    ``patience`` evaluations; once the seeds are through, one proposal in ``local_every`` is a one-change
-    neighbour of the ``local_width`` best configs, see :mod:`tunelab.tuning.local_search`; the default is 3 with
-    TPE and 0 (off) with the other samplers, which then run as their names say), then
+    ``auto | gp | tpe | random | grid | cmaes | nsga2`` or an Optuna sampler object (``auto``: ``gp``, a
+    Gaussian-process model choosing among all valid configs, when they can be enumerated, else ``tpe``; see
+    :mod:`tunelab.tuning.samplers`), optional ``timeout`` seconds and ``patience`` evaluations; once the seeds are
+    through, one proposal in ``local_every`` is a one-change neighbour of the ``local_width`` best configs, see
+    :mod:`tunelab.tuning.local_search`; the default is 3 with TPE and 0 (off) with the other samplers, which then
+    run as their names say), then
     confirmation (``top_k`` best + default config + every baseline, ``confirm_rounds`` interleaved rounds,
     bootstrap CIs) and a verdict against ``target_speedup``. The study lives in ``storage`` (default: SQLite
     under the cache dir) and resumes when the same call is made again. ``replay=FILE`` replaces the GPU by
@@ -111,11 +113,7 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
                             ("confirm_rounds", confirm_rounds, 3)):
         if not isinstance(value, int) or value < lo:
             raise ConfigError(f"{name}={value!r} is not accepted; give an integer >= {lo}")
-    if local_every is None:
-        local_every = 3 if isinstance(sampler, str) and sampler.lower() == "tpe" else 0
-    if not isinstance(local_every, int) or local_every == 1 or local_every < 0:
-        raise ConfigError(f"local_every={local_every!r} is not accepted; give 0 (no local search) or an integer "
-                          ">= 2 (one proposal in that many is a local-search one; default 3 with TPE)")
+
     if not isinstance(local_width, int) or local_width < 1:
         raise ConfigError(f"local_width={local_width!r} is not accepted; give an integer >= 1 (default 5)")
     if patience is not None and patience < 1:
@@ -148,6 +146,13 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
         if not valid_pool:
             raise TunelabError(f"no config of {space.name!r} passes the static gates for {problem_key}; "
                                "nothing to tune")
+    if isinstance(sampler, str):
+        sampler = resolve_sampler(sampler, None if valid_pool is None else len(valid_pool))
+    if local_every is None:
+        local_every = 3 if sampler == "tpe" else 0
+    if not isinstance(local_every, int) or local_every == 1 or local_every < 0:
+        raise ConfigError(f"local_every={local_every!r} is not accepted; give 0 (no local search) or an integer "
+                          ">= 2 (one proposal in that many is a local-search one; default 3 with TPE)")
     if isinstance(sampler, str):
         sampler_obj = make_sampler(sampler, codec, seed=seed, valid_configs=valid_pool, n_trials=trials)
     else:  # a user's own optuna sampler

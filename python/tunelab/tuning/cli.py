@@ -69,7 +69,9 @@ def register(subparsers) -> None:
     p.add_argument("--trials", type=_positive_int, default=120,
                    help="evaluations (distinct configs compiled and gated/measured; default 120)")
     p.add_argument("--seed-trials", type=int, default=20, help="Latin-hypercube seed configs (default 20)")
-    p.add_argument("--sampler", default="tpe", choices=list(SAMPLERS), help="search strategy (default tpe)")
+    p.add_argument("--sampler", default="auto", choices=list(SAMPLERS),
+                   help="search strategy (default auto: gp, a Gaussian-process model choosing among all valid "
+                        "configs, when they can be enumerated, else tpe)")
     p.add_argument("--seed", type=int, default=0, help="random seed of seeding and sampler (default 0)")
     p.add_argument("--target-speedup", type=_positive_float, default=1.10,
                    help="a win needs the speedup CI's lower bound >= this (default 1.10)")

@@ -7,7 +7,12 @@ stored on every trial (user attribute ``config``), so nothing downstream reads i
 
 Samplers (``make_sampler``):
 
-* ``tpe`` (default): TPE, multivariate and grouped (models interactions between tile sizes and warps), with
+* ``auto`` (default of ``tune``): ``gp`` when the valid configs can be enumerated (at most
+  :data:`tunelab.tuning.surrogate.MAX_CANDIDATES` of them), else ``tpe`` (see :func:`resolve_sampler`).
+* ``gp``: a Gaussian-process model of log latency on the measured configs; each proposal is the unmeasured valid
+  config of highest expected improvement, chosen among all of them (:mod:`tunelab.tuning.surrogate`). On the H200
+  attention ground truth it reaches 5% of the optimum in about half the evaluations TPE with local search needs.
+* ``tpe``: TPE, multivariate and grouped (models interactions between tile sizes and warps), with
   constant liar so that the candidates compiled ahead in parallel are not all the same point.
 * ``random``: uniform; duplicates are answered from the study, so it behaves as sampling without replacement.
 * ``grid``: every statically valid config once, in a seeded random order (:class:`ValidGridSampler`); unlike
@@ -29,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tunelab.errors import ConfigError
 from tunelab.tuning.space import Config, SearchSpace
 
-SAMPLERS = ("tpe", "random", "grid", "cmaes", "nsga2")
+SAMPLERS = ("auto", "gp", "tpe", "random", "grid", "cmaes", "nsga2")
 
 
 class Codec:
@@ -74,6 +79,17 @@ class Codec:
         return out
 
 
+def resolve_sampler(name: str, n_valid: int | None) -> str:
+    """The sampler ``auto`` stands for: ``gp`` when the ``n_valid`` valid configs (None: not enumerable) are few
+    enough to score on every ask, else ``tpe``; other names are returned lower-cased."""
+    from tunelab.tuning.surrogate import MAX_CANDIDATES
+
+    name = name.lower()
+    if name != "auto":
+        return name
+    return "gp" if n_valid is not None and n_valid <= MAX_CANDIDATES else "tpe"
+
+
 class ValidGridSampler(BaseSampler):
     """Visits each given config once, in an order shuffled by ``seed``; skips configs the study already has.
 
@@ -112,7 +128,7 @@ class ValidGridSampler(BaseSampler):
 def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs: Sequence[Config] | None = None,
                  n_trials: int | None = None) -> BaseSampler:
     """The sampler called ``name`` (one of :data:`SAMPLERS`), seeded."""
-    name = name.lower()
+    name = resolve_sampler(name, None if valid_configs is None else len(valid_configs))
     if name == "tpe":
         with warnings.catch_warnings():
             # multivariate/group are marked experimental in Optuna; they are what makes TPE model interactions.
@@ -134,6 +150,12 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.CmaEsSampler(seed=seed, with_margin=True, warn_independent_sampling=False,
                                                 n_startup_trials=1)
+    if name == "gp":
+        if valid_configs is None:
+            raise ConfigError("the gp sampler needs the list of valid configs (an enumerable space)")
+        from tunelab.tuning.surrogate import SurrogateSampler
+
+        return SurrogateSampler(codec, valid_configs, seed=seed)
     if name in ("nsga2", "nsgaii"):
         pop = 50 if n_trials is None else int(min(50, max(8, n_trials // 5)))
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=pop)
