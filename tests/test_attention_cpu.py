@@ -89,6 +89,12 @@ def test_config_errors_name_value_and_accepted_values():
         _core.attention.validate(dict(good, BLOCK_M=32, NUM_WARPS=4), 64, 0)
     with pytest.raises(ConfigError, match="head_dim=80 is not supported"):
         _core.attention.validate(good, 80, 0)
+    # grid and threads check the config like every other launcher entry (BLOCK_M=0 used to divide by zero)
+    with pytest.raises(ConfigError, match="BLOCK_M=0"):
+        _core.attention.grid(dict(good, BLOCK_M=0), 1, 1, 100)
+    with pytest.raises(ConfigError, match="NUM_WARPS=3"):
+        _core.attention.threads(dict(good, NUM_WARPS=3))
+    assert tuple(_core.attention.grid(good, 2, 3, 100)) == (-(-100 // good["BLOCK_M"]), 3, 2)
 
 
 def test_static_gates_reject_with_reasons():
@@ -306,7 +312,7 @@ def test_launch_packing_checks_alignment_and_scale():
     args = dict(config=cfg, head_dim=64, dtype=0, q=256, k=256, v=256, o=256, lse=0, q_strides=strides,
                 k_strides=strides, v_strides=strides, o_strides=strides, batch=1, heads=1, seqlen_q=8, seqlen_k=8,
                 causal_offset=0, scale=0.125)
-    assert len(_core.attention.pack(**args)) == _core.attention.PARAMS_BYTES
+    assert len(_core.attention.pack(**args)) == _core.attention.PARAMS_BYTES == 160
     with pytest.raises(InputError, match="VEC_LOAD=16 needs.*allow VEC_LOAD <= 8"):
         _core.attention.pack(**dict(args, q=256 + 8))
     with pytest.raises(InputError, match="scale"):

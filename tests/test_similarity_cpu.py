@@ -248,7 +248,7 @@ def test_pack_layout_roundtrip():
     assert dense[8:] == (125, 1000, 100, 768, 10, 8, 125, 1)
     with pytest.raises(InputError, match="pairs"):
         S.merge_pack(0x10, 0x20, 0x30, 768, 0x40, 0, 0, 0, 100, 768, 10, 33)
-    with pytest.raises(InputError, match="null candidate"):
+    with pytest.raises(InputError, match="cand_idx is a null device pointer"):
         S.merge_pack(0x10, 0, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, 33)
     g = dict(TILE_M=64, TILE_N=64, TILE_K=32, WARPS_M=2, WARPS_N=2, STAGES=3, VEC=16)
     gb = S.gram_pack(g, 3, True, 0x100, 0x100, 0x200, 512, 512, 1000, 1000, 1000, 512)

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/registry.h"
+#include "kernels/attention/params.cuh"
 #include "launchers/attention.h"
 
 namespace py = pybind11;
@@ -27,19 +28,9 @@ void bind_attention(py::module_& m) {
     a.def("param_names", &att::param_names, "Tunables in template order.");
     a.def("param_choices", &att::param_choices, "Accepted values of each tunable on its own.");
     a.def("head_dims", &att::head_dims, "Supported head dims.");
-    a.def(
-        "validate",
-        [](const att::Config& c, int head_dim, int dtype) {
-            const att::Parsed p = att::validate(c, head_dim, dtype);
-            py::dict d;
-            d["warps_m"] = p.warps_m();
-            d["warp_rows"] = p.warp_rows();
-            d["warp_cols"] = p.warp_cols();
-            d["m_fragments"] = p.warp_rows() / 16;
-            return d;
-        },
-        py::arg("config"), py::arg("head_dim"), py::arg("dtype"),
-        "Raise ConfigError for a config the kernel cannot instantiate; else derived warp geometry.");
+    a.def("validate", [](const att::Config& c, int head_dim, int dtype) { att::validate(c, head_dim, dtype); },
+          py::arg("config"), py::arg("head_dim"), py::arg("dtype"),
+          "Raise ConfigError naming the broken rule for a config the kernel cannot instantiate.");
     a.def("smem_bytes", &att::smem_bytes, py::arg("config"), py::arg("head_dim"), py::arg("dtype"),
           "Dynamic shared memory per block in bytes (the kernel has no static shared memory).");
     a.def("threads", &att::threads, py::arg("config"));
@@ -68,7 +59,7 @@ void bind_attention(py::module_& m) {
         py::arg("o_strides"), py::arg("batch"), py::arg("heads"), py::arg("seqlen_q"), py::arg("seqlen_k"),
         py::arg("causal_offset"), py::arg("scale"),
         "AttentionParams bytes for one launch (pass to ArgPack.raw(bytes, 8)).");
-    a.attr("PARAMS_BYTES") = 160;
+    a.attr("PARAMS_BYTES") = sizeof(tunelab::AttentionParams);
 }
 
 }  // namespace tunelab::bindings

@@ -21,20 +21,22 @@ void bind_similarity(py::module_& m) {
     // top-k search
     s.def("topk_param_names", &sl::topk_param_names, "Search tunables in template order.");
     s.def("topk_param_choices", &sl::topk_param_choices, "Values each search tunable accepts on its own.");
+    s.def("topk_validate", [](const sl::Config& c, int dtype, int metric) { sl::topk_validate(c, dtype, metric); },
+          py::arg("config"), py::arg("dtype"), py::arg("metric"),
+          "Raise ConfigError naming the broken rule for a config the kernel cannot instantiate.");
     s.def(
-        "topk_validate",
-        [](const sl::Config& c, int dtype, int metric) {
-            const sl::TopkConfig t = sl::topk_validate(c, dtype, metric);
-            py::dict d;
-            d["threads"] = t.threads();
-            d["epi_rows"] = t.epi_rows();
-            d["warp_rows"] = t.block_n / t.warps_n;
-            d["warp_queries"] = t.block_q / t.warps_q;
-            d["accumulators"] = (t.block_n / t.warps_n / 16) * (t.block_q / t.warps_q / 8) * 4;
-            return d;
+        "topk_config_error",
+        [](const sl::Config& c, int dtype, int metric) -> std::string {
+            try {
+                sl::topk_validate(c, dtype, metric);
+            } catch (const tunelab::ConfigError& e) {
+                return e.what();
+            }
+            return "";
         },
         py::arg("config"), py::arg("dtype"), py::arg("metric"),
-        "Raise ConfigError for a config the kernel cannot instantiate; else derived warp geometry.");
+        "topk_validate's message for a config the kernel cannot instantiate, '' for a valid one (no exception: "
+        "for checking whole search spaces).");
     s.def("topk_static_smem_bytes", &sl::topk_static_smem_bytes, py::arg("config"), py::arg("dtype"),
           py::arg("metric"));
     s.def("topk_smem_bytes", &sl::topk_smem_bytes, py::arg("config"), py::arg("dtype"), py::arg("metric"), py::arg("k"),
@@ -88,16 +90,9 @@ void bind_similarity(py::module_& m) {
     // Gram
     s.def("gram_param_names", &sl::gram_param_names);
     s.def("gram_param_choices", &sl::gram_param_choices);
-    s.def(
-        "gram_validate",
-        [](const sl::Config& c, int dtype, bool symmetric) {
-            const sl::GramConfig g = sl::gram_validate(c, dtype, symmetric);
-            py::dict d;
-            d["threads"] = g.threads();
-            d["accumulators"] = (g.tile_m / g.warps_m / 16) * (g.tile_n / g.warps_n / 8) * 4 * (dtype == 3 ? 2 : 1);
-            return d;
-        },
-        py::arg("config"), py::arg("dtype"), py::arg("symmetric"));
+    s.def("gram_validate", [](const sl::Config& c, int dtype, bool symmetric) { sl::gram_validate(c, dtype, symmetric); },
+          py::arg("config"), py::arg("dtype"), py::arg("symmetric"),
+          "Raise ConfigError naming the broken rule for a Gram config the kernel cannot instantiate.");
     s.def("gram_smem_bytes", &sl::gram_smem_bytes, py::arg("config"), py::arg("dtype"));
     s.def("gram_threads", &sl::gram_threads, py::arg("config"));
     s.def("gram_name_expression", &sl::gram_name_expression, py::arg("config"), py::arg("dtype"), py::arg("symmetric"),

@@ -208,8 +208,32 @@ std::vector<std::pair<size_t, size_t>> Function::param_info() const {
     return out;
 }
 
+void Function::reserve_dynamic_smem(size_t bytes) {
+    if (bytes <= size_t(max_dynamic_smem_)) return;
+    const DriverApi& d = driver();
+    CUdevice dev;
+    check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+    int optin = 0;
+    check(d.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+          "cuDeviceGetAttribute");
+    if (bytes > size_t(optin))
+        throw ConfigError("kernel '" + name_ + "' needs " + std::to_string(bytes) +
+                          " bytes of dynamic shared memory; this GPU allows " + std::to_string(optin) +
+                          " per block: use a config with smaller tiles or fewer STAGES (the family's static gate "
+                          "checks this for its own configs)");
+    set_max_dynamic_smem(int(bytes));
+}
+
+void Function::activate() const {
+    const DriverApi& d = driver();
+    CUcontext cur = nullptr;
+    check(d.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
+    if (cur != module_->context()) check(d.cuCtxSetCurrent(module_->context()), "cuCtxSetCurrent");
+}
+
 int Function::driver_occupancy(int threads, size_t dynamic_smem) {
-    if (dynamic_smem > size_t(max_dynamic_smem_)) set_max_dynamic_smem(int(dynamic_smem));
+    activate();
+    reserve_dynamic_smem(dynamic_smem);
     int blocks = 0;
     check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn_, threads, dynamic_smem),
           "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -234,8 +258,8 @@ std::vector<void*> ArgPack::pointers() {
 }
 
 void launch(Function& fn, const LaunchDims& dims, CUstream stream, ArgPack& args) {
-    ensure_context();
-    if (dims.smem > unsigned(fn.max_dynamic_smem())) fn.set_max_dynamic_smem(int(dims.smem));
+    fn.activate();
+    fn.reserve_dynamic_smem(dims.smem);
     auto ptrs = args.pointers();
     check(driver().cuLaunchKernel(fn.handle(), dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
                                   dims.block[1], dims.block[2], dims.smem, stream, ptrs.data(), nullptr),
@@ -244,8 +268,8 @@ void launch(Function& fn, const LaunchDims& dims, CUstream stream, ArgPack& args
 
 PreparedLaunch::PreparedLaunch(std::shared_ptr<Function> fn, LaunchDims dims, ArgPack args)
     : fn_(std::move(fn)), dims_(dims), args_(std::move(args)), ptrs_(args_.pointers()) {
-    ensure_context();
-    if (dims_.smem > unsigned(fn_->max_dynamic_smem())) fn_->set_max_dynamic_smem(int(dims_.smem));
+    fn_->activate();
+    fn_->reserve_dynamic_smem(dims_.smem);
 }
 
 void PreparedLaunch::operator()(CUstream stream) {

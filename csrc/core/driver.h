@@ -44,10 +44,15 @@ public:
     void set_max_dynamic_smem(int bytes);
     // (offset, size) of each kernel parameter, from the driver (CUDA >= 12.4).
     std::vector<std::pair<size_t, size_t>> param_info() const;
-    // Resident blocks per SM for `threads` and `dynamic_smem`; raises the function's dynamic shared-memory limit
-    // first when `dynamic_smem` is above it (the driver answers 0 blocks otherwise), as a launch would.
+    // Raises the function's dynamic shared-memory limit to `bytes` when it is below (launches and occupancy
+    // queries need it above 48 KiB); ConfigError naming both figures when the GPU's opt-in limit is smaller.
+    void reserve_dynamic_smem(size_t bytes);
+    // Makes the context the module was loaded into current on this thread (a launch from a thread that has
+    // none current, or another device's, would otherwise fail or run in the wrong context).
+    void activate() const;
+    // Resident blocks per SM for `threads` and `dynamic_smem` (reserving the shared memory first, as a launch
+    // would: the driver answers 0 blocks otherwise).
     int driver_occupancy(int threads, size_t dynamic_smem);
-    int max_dynamic_smem() const { return max_dynamic_smem_; }
 
 private:
     std::shared_ptr<Module> module_;  // keeps the module loaded while the function is alive
@@ -62,6 +67,7 @@ public:
     ~Module();
     std::shared_ptr<Function> function(const std::string& name);
     CUmodule handle() const { return mod_; }
+    CUcontext context() const { return ctx_; }
 
 private:
     Module() = default;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "core/errors.h"
 #include "launchers/config.h"
@@ -14,6 +15,21 @@ namespace tunelab::launchers::attention {
 namespace {
 
 [[noreturn]] void bad(const std::string& msg) { throw ConfigError("attention config: " + msg); }
+
+// The grid's dimensions for (batch, heads, seqlen_q), checked against the launch limits.
+void check_grid_sizes(long long batch, long long heads, long long seqlen_q) {
+    if (seqlen_q < 1) throw InputError("query length " + std::to_string(seqlen_q) + " must be >= 1");
+    if (heads < 1 || heads > 65535)
+        throw InputError("heads=" + std::to_string(heads) + " is outside 1..65535 (grid dimension y)");
+    if (batch < 1 || batch > 65535)
+        throw InputError("batch=" + std::to_string(batch) + " is outside 1..65535 (grid dimension z)");
+}
+
+std::string hex(unsigned long long v) {
+    std::ostringstream s;
+    s << "0x" << std::hex << v;
+    return s.str();
+}
 
 }  // namespace
 
@@ -83,9 +99,7 @@ long long smem_bytes(const Config& config, int head_dim, int dtype) {
 }
 
 int threads(const Config& config) {
-    auto it = config.find("NUM_WARPS");
-    if (it == config.end()) bad("missing parameter 'NUM_WARPS'");
-    return static_cast<int>(it->second) * 32;
+    return checked("attention", config, param_names(), param_choices())["NUM_WARPS"] * 32;
 }
 
 std::string name_expression(const Config& config, int dtype, int head_dim, bool causal) {
@@ -98,14 +112,9 @@ std::string name_expression(const Config& config, int dtype, int head_dim, bool 
 }
 
 std::array<unsigned, 3> grid(const Config& config, long long batch, long long heads, long long seqlen_q) {
-    auto it = config.find("BLOCK_M");
-    if (it == config.end()) bad("missing parameter 'BLOCK_M'");
-    if (seqlen_q < 1) throw InputError("query length " + std::to_string(seqlen_q) + " must be >= 1");
-    if (heads < 1 || heads > 65535)
-        throw InputError("heads=" + std::to_string(heads) + " is outside 1..65535 (grid dimension y)");
-    if (batch < 1 || batch > 65535)
-        throw InputError("batch=" + std::to_string(batch) + " is outside 1..65535 (grid dimension z)");
-    const long long blocks = (seqlen_q + it->second - 1) / it->second;
+    const long long block_m = checked("attention", config, param_names(), param_choices())["BLOCK_M"];
+    check_grid_sizes(batch, heads, seqlen_q);
+    const long long blocks = (seqlen_q + block_m - 1) / block_m;
     return {static_cast<unsigned>(blocks), static_cast<unsigned>(heads), static_cast<unsigned>(batch)};
 }
 
@@ -125,7 +134,7 @@ std::string pack(const Config& config, int head_dim, int dtype, unsigned long lo
                  const Strides& ks, const Strides& vs, const Strides& os, long long batch, long long heads,
                  long long seqlen_q, long long seqlen_k, long long causal_offset, double scale) {
     const Parsed p = validate(config, head_dim, dtype);
-    grid(config, batch, heads, seqlen_q);  // size checks
+    check_grid_sizes(batch, heads, seqlen_q);
     if (seqlen_k < 1) throw InputError("key length " + std::to_string(seqlen_k) + " must be >= 1");
     if (seqlen_q > (1LL << 30) || seqlen_k > (1LL << 30))
         throw InputError("sequence lengths above 2^30 are not supported (got Sq=" + std::to_string(seqlen_q) +
@@ -135,7 +144,8 @@ std::string pack(const Config& config, int head_dim, int dtype, unsigned long lo
     if (!(scale > 0.0) || !std::isfinite(scale))
         throw InputError("softmax scale=" + std::to_string(scale) +
                          " is not accepted; it must be finite and > 0 (the kernel takes max(scale*s) as scale*max(s))");
-    if (!q || !k || !v || !o) throw InputError("q, k, v and o must be non-null device pointers");
+    for (auto [name, ptr] : {std::pair<const char*, unsigned long long>{"q", q}, {"k", k}, {"v", v}, {"o", o}})
+        if (!ptr) throw InputError(std::string(name) + " is a null device pointer; pass a CUDA tensor's data_ptr()");
     // cp.async of VEC_LOAD bytes needs that alignment of every row start; the epilogue stores 16 bytes.
     const int vec_in = max_vec_load({q, k, v}, {qs.batch, qs.head, qs.seq, ks.batch, ks.head, ks.seq, vs.batch,
                                                 vs.head, vs.seq});
@@ -145,8 +155,12 @@ std::string pack(const Config& config, int head_dim, int dtype, unsigned long lo
                          std::to_string(p.vec_load / 2) + " elements; these inputs allow VEC_LOAD <= " +
                          std::to_string(vec_in) + " (use a config with a smaller VEC_LOAD or .contiguous() inputs)");
     if (max_vec_load({o}, {os.batch, os.head, os.seq}) < 16)
-        throw InputError("the output must be 16-byte aligned with strides that are multiples of 8 elements");
-    if (lse % 4 != 0) throw InputError("the LSE buffer must be 4-byte aligned");
+        throw InputError("the output (at " + hex(o) + ", strides batch " + std::to_string(os.batch) + ", head " +
+                         std::to_string(os.head) + ", seq " + std::to_string(os.seq) +
+                         " elements) must be 16-byte aligned with strides that are multiples of 8 elements; "
+                         "pass a contiguous output or let the op allocate it");
+    if (lse % 4 != 0)
+        throw InputError("the LSE buffer at " + hex(lse) + " is not 4-byte aligned; pass a float32 tensor");
 
     AttentionParams prm;
     std::memset(&prm, 0, sizeof(prm));

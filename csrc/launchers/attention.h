@@ -30,8 +30,6 @@ const std::vector<int>& head_dims();
 struct Parsed {
     int block_m, block_n, num_warps, stages, swizzle, vec_load, q_in_regs, unroll, kv_split_warps;
     int warps_m() const { return num_warps / kv_split_warps; }
-    int warp_rows() const { return block_m / warps_m(); }
-    int warp_cols() const { return block_n / kv_split_warps; }
 };
 
 // Checks names, values, head dim and dtype, and the divisibility rules the kernel's static_asserts

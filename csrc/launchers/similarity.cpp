@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <initializer_list>
 #include <sstream>
+#include <utility>
 
 #include "core/errors.h"
 #include "launchers/config.h"
@@ -25,6 +27,11 @@ const char* dtype_name(int dtype) {
         case 3: return "complex64";
         default: return "?";
     }
+}
+
+void null_check(std::initializer_list<std::pair<const char*, unsigned long long>> pointers) {
+    for (const auto& [name, ptr] : pointers)
+        if (!ptr) throw InputError(std::string(name) + " is a null device pointer; pass a CUDA tensor's data_ptr()");
 }
 
 template <class T>
@@ -206,21 +213,25 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
     if (n < 1 || n > INT_MAX) throw InputError("n=" + std::to_string(n) + " must be in 1..2^31-1");
     if (d < 1 || d > INT_MAX / 4) throw InputError("d=" + std::to_string(d) + " must be in 1..2^29");
-    if (k < 1 || k > INT_MAX / 8) throw InputError("k=" + std::to_string(k) + " must be >= 1");
+    if (k < 1 || k > INT_MAX / 8)
+        throw InputError("k=" + std::to_string(k) + " must be in 1.." + std::to_string(INT_MAX / 8));
     if (index_base < 0 || index_base + n > INT_MAX)
         throw InputError("corpus rows up to " + std::to_string(index_base + n) +
                          " exceed 2^31 - 1: indices are 32-bit inside the kernels; split the corpus");
     if (q_stride < d || c_stride < d)
         throw InputError("row strides (queries " + std::to_string(q_stride) + ", corpus " + std::to_string(c_stride) +
                          " elements) must be >= d=" + std::to_string(d));
-    if (!queries || !corpus || !cand_key || !cand_idx) throw InputError("null device pointer");
+    null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key", cand_key}, {"cand_idx", cand_idx}});
     const int allowed = max_vec(dtype, {queries, corpus}, {q_stride, c_stride}, d);
     if (allowed < c.vec)
         throw InputError("VEC=" + std::to_string(c.vec) + " bytes needs the query and corpus pointers, row strides and d * " +
                          std::to_string(element_bytes(dtype)) + " bytes to be multiples of " + std::to_string(c.vec) +
                          "; these inputs allow VEC <= " + std::to_string(allowed) +
                          (allowed ? "" : " (none: make d even and the tensors contiguous)"));
-    if (cand_key % 4 || cand_idx % 4) throw InputError("candidate buffers must be 4-byte aligned");
+    if (cand_key % 4 || cand_idx % 4)
+        throw InputError("candidate buffers (keys at byte " + std::to_string(cand_key % 4) + ", indices at byte " +
+                         std::to_string(cand_idx % 4) + " of a 4-byte word) must be 4-byte aligned: pass float32/int32 "
+                         "tensors");
     tunelab::sim::SearchParams p{};
     p.queries = reinterpret_cast<const void*>(queries);
     p.corpus = reinterpret_cast<const void*>(corpus);
@@ -241,14 +252,9 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
 
 // ------------------------------------------------------------------------------------------------ merge
 
-// 8 warps share the candidate lists of a query; above k = 256 their list buffers (16 k bytes each) would
-// pass 32 KiB, so 4 warps.
-int merge_warps(int k) { return k <= 256 ? 8 : 4; }
+int merge_warps(int k) { return tunelab::sim::merge_warps(k); }
 
-long long merge_smem_bytes(int warps, int k) {
-    // mirrors tunelab::sim::merge_smem_bytes (kMergeR = 4)
-    return static_cast<long long>(warps) * (2LL * k * 8 + 16 + 32 * 4 * 8) + 16;
-}
+long long merge_smem_bytes(int warps, int k) { return tunelab::sim::merge_smem_bytes(warps, k); }
 
 std::string merge_name_expression(int dtype, int metric, int warps) {
     if (dtype < 0 || dtype > 2) throw ConfigError("merge: dtype code " + std::to_string(dtype) + " is not 0..2");
@@ -264,7 +270,8 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
                        long long k, long long num_lists, long long list_len, long long list_stride,
                        long long query_stride, bool implicit_index) {
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
-    if (k < 1 || k > INT_MAX / 8) throw InputError("k=" + std::to_string(k) + " must be >= 1");
+    if (k < 1 || k > INT_MAX / 8)
+        throw InputError("k=" + std::to_string(k) + " must be in 1.." + std::to_string(INT_MAX / 8));
     if (list_len <= 0) {  // the search's candidate lists
         list_len = k;
         list_stride = nq * k;
@@ -275,7 +282,8 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
                          " must be in 1..2^31-1");
     if ((out_key == 0) != (out_idx == 0) || (out_score == 0) != (out_index == 0))
         throw InputError("merge outputs come in pairs: (key, idx) and (score, index)");
-    if (!cand_key || (!cand_idx && !implicit_index)) throw InputError("null candidate pointer");
+    null_check({{"cand_key", cand_key}});
+    if (!implicit_index) null_check({{"cand_idx", cand_idx}});
     tunelab::sim::MergeParams p{};
     p.cand_key = reinterpret_cast<const float*>(cand_key);
     p.cand_idx = reinterpret_cast<const int*>(cand_idx);
@@ -363,7 +371,9 @@ std::array<unsigned, 3> gram_grid(const Config& config, long long m, long long n
     auto v = checked("gram", config, gram_param_names(), gram_param_choices());
     if (n < 1 || n > INT_MAX || m < 1 || m > INT_MAX)
         throw InputError("m=" + std::to_string(m) + ", n=" + std::to_string(n) + " rows must be in 1..2^31-1");
-    if (symmetric && m != n) throw InputError("symmetric mode needs m == n");
+    if (symmetric && m != n)
+        throw InputError("symmetric mode needs m == n (got m=" + std::to_string(m) + ", n=" + std::to_string(n) +
+                         "): it computes one set of states against itself");
     const long long tm = v["TILE_M"], tn = v["TILE_N"];
     if (symmetric) {
         const long long t = (n + tm - 1) / tm;
@@ -385,13 +395,14 @@ std::string gram_pack(const Config& config, int dtype, bool symmetric, unsigned 
         throw InputError("m=" + std::to_string(m) + ", n=" + std::to_string(n) + " rows must be in 1..2^31-1");
     if (symmetric && (m != n || x != y || x_stride != y_stride))
         throw InputError("symmetric mode is for one set of states (x == y, m == n)");
-    if (d < 1 || d > INT_MAX / 4) throw InputError("state dimension (scalars) " + std::to_string(d) + " out of range");
+    if (d < 1 || d > INT_MAX / 4)
+        throw InputError("state dimension " + std::to_string(d) + " scalars is outside 1.." + std::to_string(INT_MAX / 4));
     if (x_stride < d || y_stride < d)
         throw InputError("row strides " + std::to_string(x_stride) + ", " + std::to_string(y_stride) + " < d=" +
                          std::to_string(d));
     if (out_stride < n) throw InputError("output row stride " + std::to_string(out_stride) + " < n=" + std::to_string(n));
-    if (!x || !y || !out) throw InputError("null device pointer");
-    if (out % 4) throw InputError("the output must be 4-byte aligned");
+    null_check({{"x", x}, {"y", y}, {"out", out}});
+    if (out % 4) throw InputError("the output must be 4-byte aligned: pass a float32 tensor");
     const int allowed = max_vec(dtype == 3 ? 2 : dtype, {x, y}, {x_stride, y_stride}, d);
     if (allowed < c.vec)
         throw InputError("VEC=" + std::to_string(c.vec) + " bytes needs the states' pointer, row stride and row size to "

@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     std::printf("RESULT skip smem=%lld > 227 KiB\n", smem);
     return 0;
   }
-  const int mwarps = k <= 256 ? 8 : 4;
+  const int mwarps = merge_warps(k);
   if (chunks == 0) {  // unfused: the GEMM kernel writes the padded score matrix, the merge kernel reads it densely
     using G = GramTraits<DT, 64, 64, (DT == kF32 ? 32 : 64), 2, 2, 2, 16, 0, 0, kEpiDot>;
     const int L = mwarps, len = (n + L - 1) / L;

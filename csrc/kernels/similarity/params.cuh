@@ -80,5 +80,23 @@ struct GramParams {
   int tiles;             // ceil(n / TILE) per side (symmetric mode); tiles along j otherwise
 };
 
+// The merge kernel's geometry, used by the kernel, the launcher and the emulator alike: host and device
+// functions for NVRTC (which compiles no host code), plain functions for the host compiler.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define TUNELAB_SIM_HD __host__ __device__
+#else
+#define TUNELAB_SIM_HD
+#endif
+// Warps per query: 8 share the candidate lists; above k = 256 their list buffers (16 k bytes each) would pass
+// 32 KiB, so 4.
+TUNELAB_SIM_HD constexpr int merge_warps(int k) { return k <= 256 ? 8 : 4; }
+// Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
+constexpr int kMergeR = 4;
+// Shared memory of similarity_merge<_, _, WARPS> for k: per warp two list buffers (2 * k * 8 bytes),
+// {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; 16 bytes for |q|^2.
+TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int warps, int k) {
+  return static_cast<long long>(warps) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
+}
+
 }  // namespace sim
 }  // namespace tunelab

@@ -662,14 +662,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) similarity_topk(
 
 // ------------------------------------------------------------------------------------------ merge kernel
 
-// Shared memory of similarity_merge<_, _, WARPS> for a given k (the launcher uses the same formula):
-// per warp two list buffers (2 * k * 8 bytes), {len, sel, thr_key, thr_idx} (16 bytes) and a 32 * kMergeR
-// scratch list.
-constexpr int kMergeR = 4;
-__host__ __device__ constexpr long long merge_smem_bytes(int warps, int k) {
-  return static_cast<long long>(warps) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
-}
-
+// Shared memory layout: merge_smem_bytes() in params.cuh (the launcher's and the emulator's formula too).
 template <int DTYPE, int METRIC, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_constant__ MergeParams p) {
   static_assert(WARPS >= 1 && WARPS <= 16, "1..16 warps");
