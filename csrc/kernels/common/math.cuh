@@ -17,12 +17,6 @@ __device__ __forceinline__ float fast_log2(float x) {
   return y;
 }
 
-__device__ __forceinline__ float fast_rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // All-reduce over the WIDTH consecutive lanes of an aligned group (WIDTH a power of two <= 32).
 // With WIDTH = 4 this reduces one row of an mma accumulator fragment (the 4 lanes of a quad own it).
 template <int WIDTH>
@@ -38,9 +32,6 @@ __device__ __forceinline__ float group_allreduce_sum(float v) {
   for (int mask = WIDTH / 2; mask > 0; mask >>= 1) v += __shfl_xor_sync(0xffffffffu, v, mask);
   return v;
 }
-
-__device__ __forceinline__ float warp_allreduce_max(float v) { return group_allreduce_max<32>(v); }
-__device__ __forceinline__ float warp_allreduce_sum(float v) { return group_allreduce_sum<32>(v); }
 
 template <class T>
 __host__ __device__ constexpr T cmax(T a, T b) { return a > b ? a : b; }

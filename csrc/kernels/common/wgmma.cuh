@@ -4,11 +4,9 @@
 // Layout handled here: K-major tiles (rows of 128 bytes = 64 fp16/bf16 elements along the reduction dimension)
 // in the 128-byte swizzle that SmemRowLayout<128, 1> writes: 16-byte chunk c of row r sits at chunk c ^ (r % 8),
 // i.e. address bits [4:6] ^= bits [7:9], which is the hardware's SWIZZLE_128B when the tile starts on a
-// 1024-byte boundary. Descriptor (PTX ISA "Matrix Descriptor Format"): start address >> 4 (bits 0-13),
-// leading-dimension byte offset >> 4 (bits 16-29; unused for swizzled K-major layouts, set to 1), stride byte
-// offset >> 4 (bits 32-45: 1024, from one 8-row group to the next), base offset 0 (bits 49-51; tiles are
-// 1024-aligned), layout type 1 = SWIZZLE_128B (bits 62-63). The k16 step s of a row slice starts 32 * s bytes
-// further: the swizzle is applied to the final address, so advancing the start address is all it takes.
+// 1024-byte boundary (descriptor: desc_k_sw128() in common/wgmma_desc.cuh). The k16 step s of a row slice starts
+// 32 * s bytes further: the swizzle is applied to the final address, so advancing the start address is all it
+// takes.
 //
 // Ordering rules the callers follow (PTX ISA 9.7.15): wgmma_fence() before the first wgmma and after any other
 // instruction wrote the accumulators; commit() closes a group; wait<N>() returns when at most N groups are
@@ -20,16 +18,10 @@
 // The CPU emulator (tests/emulator/shim/common/wgmma.cuh) replaces this header.
 #pragma once
 
+#include "common/wgmma_desc.cuh"
+
 namespace tunelab {
 namespace wg {
-
-__device__ __forceinline__ unsigned long long desc_k_sw128(unsigned smem_addr) {
-  unsigned long long d = static_cast<unsigned long long>((smem_addr & 0x3FFFFu) >> 4);
-  d |= 1ull << 16;                  // leading byte offset (ignored for swizzled K-major)
-  d |= (1024ull >> 4) << 32;        // stride byte offset: 8 rows x 128 bytes
-  d |= 1ull << 62;                  // SWIZZLE_128B
-  return d;
-}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

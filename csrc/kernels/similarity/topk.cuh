@@ -259,14 +259,14 @@ struct TopkTraits {
   static constexpr int kMma = MMA_;
   static constexpr bool kWgmma = MMA_ == 1;
   static constexpr int kWarps = kWarpsN * kWarpsQ;
-  static constexpr int kWarpgroups = kWarps / 4;  // wgmma path only
+  static constexpr int kWarpgroups = kWarps / 4;  // wgmma path (kWarps is 4 or 8 there)
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
   static constexpr int kRowBytes = kBlockK * kElemBytes;  // one pipeline slice of a row
   static constexpr int kKSteps = kRowBytes / 32;
   static constexpr int kWarpN = kBlockN / kWarpsN;
   // m16 (mma.sync) or m64 (wgmma) row blocks per warp, and the distance between a warp's consecutive blocks
-  static constexpr int kMT = kWgmma ? kBlockN / (64 * (kWarps / 4 > 0 ? kWarps / 4 : 1)) : kWarpN / 16;
+  static constexpr int kMT = kWgmma ? kBlockN / (64 * kWarpgroups) : kWarpN / 16;
   static constexpr int kMtStride = kWgmma ? 64 : 16;
   // slices loaded ahead of the one being multiplied (wgmma keeps the previous slice's MMA in flight)
   static constexpr int kPrefetch = kWgmma ? kStages - 2 : kStages - 1;
@@ -317,7 +317,7 @@ struct TopkTraits {
   static_assert(!kWgmma || kDtype == kF16 || kDtype == kBF16, "wgmma path: fp16 and bf16 only");
   static_assert(!kWgmma || kRowBytes == 128, "wgmma path: 128-byte row slices (BLOCK_K = 64), the SWIZZLE_128B atom");
   static_assert(!kWgmma || (kWarpsQ == 1 && (kWarpsN == 4 || kWarpsN == 8)), "wgmma path: WARPS_Q = 1, WARPS_N 4 or 8");
-  static_assert(!kWgmma || kBlockN % (64 * (kWarpsN / 4)) == 0, "wgmma path: BLOCK_N a multiple of 64 per warpgroup");
+  static_assert(!kWgmma || kBlockN % (64 * kWarpgroups) == 0, "wgmma path: BLOCK_N a multiple of 64 per warpgroup");
   static_assert(!kWgmma || kStages >= 3, "wgmma path: STAGES >= 3 (one slice in flight on the tensor cores)");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
 };

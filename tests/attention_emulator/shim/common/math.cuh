@@ -6,7 +6,6 @@ namespace tunelab {
 
 inline float fast_exp2(float x) { return std::exp2(x); }
 inline float fast_log2(float x) { return std::log2(x); }
-inline float fast_rcp(float x) { return 1.f / x; }
 
 template <int WIDTH>
 inline float group_allreduce_max(float v) {
@@ -18,8 +17,6 @@ inline float group_allreduce_sum(float v) {
   for (int mask = WIDTH / 2; mask > 0; mask >>= 1) v += __shfl_xor_sync(0xffffffffu, v, mask);
   return v;
 }
-inline float warp_allreduce_max(float v) { return group_allreduce_max<32>(v); }
-inline float warp_allreduce_sum(float v) { return group_allreduce_sum<32>(v); }
 
 template <class T>
 constexpr T cmax(T a, T b) { return a > b ? a : b; }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/mma.cuh"
+#include "common/wgmma_desc.cuh"  // the kernels' own encoder (not shimmed)
 #include "emu_runtime.h"
 
 namespace tunelab {
@@ -73,14 +74,6 @@ inline void execute(const Op& op) {
   }
 }
 }  // namespace detail
-
-inline unsigned long long desc_k_sw128(unsigned smem_addr) {
-  unsigned long long d = static_cast<unsigned long long>((smem_addr & 0x3FFFFu) >> 4);
-  d |= 1ull << 16;
-  d |= (1024ull >> 4) << 32;
-  d |= 1ull << 62;
-  return d;
-}
 
 inline void wgmma_fence() {}
 inline void fence_proxy_async() {}
