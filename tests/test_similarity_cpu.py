@@ -104,6 +104,28 @@ def test_gram_space_and_gates():
     assert rej is not None and "TILE_M == TILE_N" in rej.detail
 
 
+def test_resolved_config_fits_each_k_of_a_bucket(tmp_path, monkeypatch):
+    """The op's config cache keys on the exact k and nq the config was fitted to: k=600 and k=1024 share a store
+    bucket, but a config fitted to 600 does not fit 1024 (it used to be reused, failing at launch)."""
+    from tunelab.ops import dispatch
+
+    sim = _sim()
+    monkeypatch.setenv("TUNELAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dispatch, "device_name", lambda index: "NVIDIA H200")
+    monkeypatch.setattr(sim, "_arch", lambda dev: "sm_90")
+    sim.clear_caches()
+    try:
+        for k in (600, 1024):
+            cfg, source = sim.resolve_config(0, nq=8, n=100_000, d=768, k=k, dtype="float16", metric="l2")
+            assert source == "default"
+            assert S.topk_smem_bytes(cfg, 0, 2, k) <= sim.smem_limit("sm_90"), (k, cfg)
+        a, _ = sim.resolve_config(0, nq=33, n=1000, d=768, k=10, dtype="float16", metric="ip")
+        b, _ = sim.resolve_config(0, nq=64, n=1000, d=768, k=10, dtype="float16", metric="ip")
+        assert a["BLOCK_Q"] == 48 and b["BLOCK_Q"] == 64  # one query tile each, as default_config picks
+    finally:
+        sim.clear_caches()
+
+
 def test_launcher_validation_errors_name_values():
     cfg = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
     with pytest.raises(ConfigError, match="BLOCK_N=96"):

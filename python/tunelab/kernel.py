@@ -18,6 +18,7 @@ has none, every config value is passed as a ``-DPARAM=value`` define instead, so
 """
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from dataclasses import dataclass, field
@@ -367,6 +368,13 @@ def _cxx_value(v: Any) -> str:
 
 
 _ARCH_CACHE: dict[int, str] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def smem_limit(arch: str) -> int:
+    """Opt-in shared memory per block of ``arch`` in bytes (sm_80: 163 KiB, sm_86/89: 99 KiB, sm_90: 227 KiB),
+    from the core's arch table; works without a GPU."""
+    return int(_core.arch_limits(arch)["smem_per_block_optin"])
 
 
 def current_arch(device: int | None = None) -> str:

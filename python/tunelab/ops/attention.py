@@ -39,8 +39,10 @@ from typing import Any, Mapping
 
 from tunelab import _core
 from tunelab.ops import config as _config
+from tunelab.kernel import smem_limit
+from tunelab.ops import dispatch as _dispatch
 from tunelab.ops.loading import DeviceFunctions
-from tunelab.errors import ConfigError, InputError, TunelabError
+from tunelab.errors import ConfigError, InputError
 
 #: Head dims the kernel supports (32 and 96 and 256 included: every tunable combination that fits is valid).
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = tuple(_core.attention.head_dims())
@@ -91,8 +93,7 @@ def default_config(head_dim: int, dtype: str = "float16", causal: bool = False, 
     if arch is not None and arch.startswith("sm_8"):
         cfg = _DEFAULTS_SM8X.get(head_dim, cfg)
         # sm_86/sm_89 have 99 KiB of shared memory per block: D=256 needs the 64x32 tile there
-        limit = int(_core.arch_limits(arch)["smem_per_block_optin"])
-        if _core.attention.smem_bytes(cfg, head_dim, DTYPE_CODES.get(dtype, 0)) > limit:
+        if _core.attention.smem_bytes(cfg, head_dim, DTYPE_CODES.get(dtype, 0)) > smem_limit(arch):
             cfg = _DEFAULTS_SMALL_SMEM[head_dim]
     return dict(cfg)
 
@@ -350,15 +351,6 @@ def attention(q, k, v, *, causal: bool | str = False, scale: float | None = None
 
 
 # -- config resolution at dispatch ----------------------------------------------------------------------------
-_RESOLVED: dict[tuple, dict] = {}
-
-
-def _device_name(index: int) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(index)
-
-
 def resolve_config(device_index: int, *, head_dim: int, dtype: str, causal: bool, seq_q: int, seq_k: int,
                    batch: int = 1, heads: int = 1) -> tuple[dict, str]:
     """The config the op uses without an explicit one, and where it came from (``"store"`` or ``"default"``).
@@ -369,36 +361,17 @@ def resolve_config(device_index: int, *, head_dim: int, dtype: str, causal: bool
     from tunelab.kernel import current_arch
     from tunelab.tuning.family import next_pow2
 
-    key = (device_index, head_dim, dtype, bool(causal), next_pow2(seq_q), next_pow2(seq_k))
-    hit = _RESOLVED.get(key)
-    if hit is not None:
-        return dict(hit["config"]), hit["source"]
-    source, cfg = "default", None
-    try:
-        from tunelab.tuning import store
-    except ImportError:  # the tuner is optional at dispatch time
-        store = None
-    if store is not None:
-        problem = dict(batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k, head_dim=head_dim, dtype=dtype,
-                       causal=bool(causal))
-        try:
-            found = store.lookup("attention", _device_name(device_index), problem)
-        except TunelabError:
-            found = None
-        if found is not None:
-            try:
-                cfg, source = canonical_config(found), "store"
-            except ConfigError:
-                cfg = None
-    if cfg is None:
-        cfg = default_config(head_dim, dtype, causal, arch=current_arch(device_index))
-    _RESOLVED[key] = {"config": cfg, "source": source}
-    return dict(cfg), source
+    problem = dict(batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k, head_dim=head_dim, dtype=dtype,
+                   causal=bool(causal))
+    return _dispatch.resolve("attention", device_index, problem,
+                             ("attention", head_dim, dtype, bool(causal), next_pow2(seq_q), next_pow2(seq_k)),
+                             canonical_config,
+                             lambda: default_config(head_dim, dtype, causal, arch=current_arch(device_index)))
 
 
 def clear_caches() -> None:
-    """Forget resolved configs (compiled kernels stay loaded)."""
-    _RESOLVED.clear()
+    """Forget resolved configs of every op (compiled kernels stay loaded)."""
+    _dispatch.clear_caches()
 
 
 def _fit_vec_load(cfg: dict, q, k, v) -> dict:
@@ -410,15 +383,6 @@ def _fit_vec_load(cfg: dict, q, k, v) -> dict:
     if cfg["VEC_LOAD"] > allowed:
         cfg = dict(cfg, VEC_LOAD=allowed)
     return cfg
-
-
-_SMEM_LIMITS: dict[str, int] = {}
-
-
-def _smem_limit(arch: str) -> int:
-    if arch not in _SMEM_LIMITS:
-        _SMEM_LIMITS[arch] = int(_core.arch_limits(arch)["smem_per_block_optin"])
-    return _SMEM_LIMITS[arch]
 
 
 def _allocate(q, return_lse: bool):
@@ -453,7 +417,7 @@ def _run(q, k, v, causal: bool, causal_align: int, scale: float, config: str, re
 
     arch = current_arch(dev)
     compiled = compile_config(cfg, head_dim=D, dtype=dtype, causal=causal, arch=arch)
-    limit = _smem_limit(arch)
+    limit = smem_limit(arch)
     if compiled.smem_bytes > limit:
         raise ConfigError(f"attention config {config_string(cfg)} needs {compiled.smem_bytes} bytes of shared memory "
                           f"per block; {arch} allows {limit}: use smaller BLOCK_M/BLOCK_N/STAGES")

@@ -37,14 +37,17 @@ uses the tuned config stored for this device and problem bucket (``tunelab tune 
 from __future__ import annotations
 
 import atexit
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tunelab import _core
 from tunelab.ops import config as _config
+from tunelab.ops import dispatch as _dispatch
 from tunelab.ops.loading import DeviceFunctions
 from tunelab.errors import ConfigError, InputError
+from tunelab.kernel import smem_limit
 
 _S = _core.similarity
 
@@ -145,44 +148,24 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     return fit_config(cfg, k, dt, limit)
 
 
-def smem_limit(arch: str) -> int:
-    """Opt-in shared memory per block of ``arch`` (sm_80: 163 KiB, sm_86/89: 99 KiB, sm_90: 227 KiB)."""
-    return int(_core.arch_limits(arch)["smem_per_block_optin"])
-
-
 def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit: int = 227 * 1024,
                metric: str = "l2") -> dict:
     """``config`` with STAGES, EPI_ROWS, BLOCK_Q, BLOCK_K and BLOCK_N lowered (in that order) until its shared
     memory for ``k`` and ``metric`` fits ``limit`` bytes (the default metric is the most demanding one: cosine
-    and l2 keep the tile's row norms). A wgmma config (``MMA=1``) first lowers STAGES to 3, EPI_ROWS and BLOCK_Q
-    within its own rules, then falls back to ``MMA=0``."""
+    and l2 keep the tile's row norms). A wgmma config (``MMA=1``) keeps STAGES >= 3 and switches to ``MMA=0``
+    before BLOCK_K and BLOCK_N."""
     code = DTYPE_CODES[LONG_DTYPES.get(dtype, dtype)]
     mcode = METRICS[metric]
     cfg = canonical_config(config)
+    eb = 4 if code == 2 else 2
     while _S.topk_smem_bytes(cfg, code, mcode, k) > limit:
-        if cfg["MMA"] == 1:  # keep the wgmma rules (STAGES >= 3, WARPS_Q = 1) while they can fit, else mma.sync
-            if cfg["STAGES"] > 3:
-                cfg["STAGES"] -= 1
-            elif cfg["EPI_ROWS"] > 64 and cfg["BLOCK_N"] > 64:
-                cfg["EPI_ROWS"] = 64
-            elif cfg["BLOCK_Q"] > 8:
-                new_bq = 8
-                while new_bq * 2 < cfg["BLOCK_Q"]:
-                    new_bq *= 2
-                cfg["BLOCK_Q"] = new_bq
-            else:
-                cfg["MMA"] = 0
-            continue
-        if cfg["STAGES"] > 2:
+        if cfg["STAGES"] > (3 if cfg["MMA"] else 2):  # wgmma keeps one slice in flight: STAGES >= 3
             cfg["STAGES"] -= 1
-            continue
-        if cfg["EPI_ROWS"] > 64 and cfg["BLOCK_N"] > 64:  # a shorter score tile
+        elif cfg["EPI_ROWS"] > 64 and cfg["BLOCK_N"] > 64:  # a shorter score tile
             cfg["EPI_ROWS"] = 64
-            continue
-        bq = cfg["BLOCK_Q"]
-        if bq > 8:
+        elif cfg["BLOCK_Q"] > 8:
             new_bq = 8  # the next lower power of two: the values every search space offers
-            while new_bq * 2 < bq:
+            while new_bq * 2 < cfg["BLOCK_Q"]:
                 new_bq *= 2
             wq = cfg["WARPS_Q"]
             while new_bq % (8 * wq):
@@ -190,20 +173,20 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
             if cfg["WARPS_N"] * wq < 2:
                 cfg["WARPS_N"] = 2 if cfg["BLOCK_N"] % 32 == 0 else cfg["WARPS_N"]
             cfg.update(BLOCK_Q=new_bq, WARPS_Q=max(1, wq))
-            continue
-        eb = 4 if code == 2 else 2
-        if cfg["BLOCK_K"] * eb > 64:  # thinner pipeline slices
+        elif cfg["MMA"]:  # the wgmma rules allow nothing smaller; mma.sync goes on (2 stages, thinner slices)
+            cfg["MMA"] = 0
+        elif cfg["BLOCK_K"] * eb > 64:  # thinner pipeline slices
             cfg["BLOCK_K"] //= 2
-            continue
-        if cfg["BLOCK_N"] > 64:  # shorter corpus tiles (the score tile and scratch shrink with them)
+        elif cfg["BLOCK_N"] > 64:  # shorter corpus tiles (the score tile and scratch shrink with them)
             cfg["BLOCK_N"] //= 2
             while cfg["BLOCK_N"] % (16 * cfg["WARPS_N"]):
                 cfg["WARPS_N"] //= 2
             if cfg["WARPS_N"] * cfg["WARPS_Q"] < 2:
                 cfg["WARPS_N"] = 2
-            continue
-        raise InputError(f"k={k} needs {_S.topk_smem_bytes(cfg, code, mcode, k)} bytes of shared memory even with 8 "
-                         f"queries per block, 2 stages and 64-row tiles; the limit is {limit} bytes: use a smaller k")
+        else:
+            raise InputError(f"k={k} needs {_S.topk_smem_bytes(cfg, code, mcode, k)} bytes of shared memory even "
+                             f"with 8 queries per block, 2 stages and 64-row tiles; the limit is {limit} bytes: use a "
+                             f"smaller k")
     return cfg
 
 
@@ -279,8 +262,8 @@ class CompiledSearch:
     merge_exprs: dict  # merge warps -> name expression
     result: Any
     threads: int
-    static_smem: int
     _occupancy: dict = field(default_factory=dict, repr=False)
+    _smem: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         names = self.result.lowered_names
@@ -307,12 +290,19 @@ class CompiledSearch:
         return self.result.resources[self.merge_exprs[warps]]
 
     def smem_bytes(self, k: int) -> int:
-        """Dynamic shared memory of the search kernel for ``k``."""
-        return int(_S.topk_smem_bytes(self.config, self.dtype_code, self.metric_code, int(k)))
+        """Dynamic shared memory of the search kernel for ``k`` (the launcher's formula, once per k)."""
+        k = int(k)
+        if k not in self._smem:
+            self._smem[k] = int(_S.topk_smem_bytes(self.config, self.dtype_code, self.metric_code, k))
+        return self._smem[k]
 
     def functions(self, device: int):
         """(search, merge8, merge4) loaded on ``device`` (once per device)."""
         return self._loaded.get(device)
+
+    def merge_function(self, device: int, warps: int):
+        """The merge kernel with ``warps`` warps (8 or 4, :func:`_S.merge_warps`) loaded on ``device``."""
+        return self.functions(device)[1 if warps == 8 else 2]
 
     def blocks_per_sm(self, device: int, k: int) -> int:
         """Resident search blocks per SM for ``k`` (the driver's occupancy answer)."""
@@ -343,14 +333,17 @@ class CompiledSearch:
         return (plan["q_tiles"], plan["splits"], 1), (self.threads, 1, 1), self.smem_bytes(k), pack
 
     def merge_args(self, cand_key, cand_idx, queries, k: int, num_lists: int, out_key=None, out_idx=None,
-                   out_score=None, out_index=None):
-        """(grid, block, smem, ArgPack, warps) of the merge kernel."""
+                   out_score=None, out_index=None, dense: tuple[int, int, int] | None = None):
+        """(grid, block, smem, ArgPack, warps) of the merge kernel. ``dense`` = (list_len, list_stride,
+        query_stride): the lists are rows of a dense score matrix with implicit indices (``cand_idx`` None)
+        instead of the search's candidate lists."""
         nq, d = queries.shape
         warps = int(_S.merge_warps(int(k)))
-        blob = _S.merge_pack(cand_key.data_ptr(), cand_idx.data_ptr(), queries.data_ptr(), queries.stride(0),
-                             0 if out_key is None else out_key.data_ptr(), 0 if out_idx is None else out_idx.data_ptr(),
-                             0 if out_score is None else out_score.data_ptr(),
-                             0 if out_index is None else out_index.data_ptr(), nq, d, int(k), int(num_lists))
+        ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
+        list_len, list_stride, query_stride = dense or (0, 0, 0)
+        blob = _S.merge_pack(cand_key.data_ptr(), ptr(cand_idx), queries.data_ptr(), queries.stride(0), ptr(out_key),
+                             ptr(out_idx), ptr(out_score), ptr(out_index), nq, d, int(k), int(num_lists), list_len,
+                             list_stride, query_stride, dense is not None)
         pack = _core.ArgPack()
         pack.raw(blob, 8)
         return (nq, 1, 1), (32 * warps, 1, 1), int(_S.merge_smem_bytes(warps, int(k))), pack, warps
@@ -365,7 +358,7 @@ class CompiledSearch:
         """Launch the merge kernel with the warp count :meth:`merge_args` picks for k on ``device`` and ``stream``;
         the other arguments are :meth:`merge_args`'s."""
         grid, block, smem, pack, warps = self.merge_args(*args, **kwargs)
-        self.functions(device)[1 if warps == 8 else 2].launch(grid, block, smem, stream, pack)
+        self.merge_function(device, warps).launch(grid, block, smem, stream, pack)
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict):
         """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer."""
@@ -375,7 +368,7 @@ class CompiledSearch:
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack)
         grid, block, smem, pack, warps = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
                                                          out_score=scores, out_index=indices)
-        p2 = self.functions(device)[1 if warps == 8 else 2].prepare(grid, block, smem, pack)
+        p2 = self.merge_function(device, warps).prepare(grid, block, smem, pack)
         return p1, p2
 
 
@@ -409,7 +402,7 @@ def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric:
     _S.topk_validate(cfg, code, mcode)
     expr = _S.topk_name_expression(cfg, code, mcode)
     merges = {w: _S.merge_name_expression(code, mcode, w) for w in (8, 4)}
-    static = int(_S.topk_static_smem_bytes(cfg, code, mcode))
+    static = int(_S.topk_static_smem_bytes(cfg, code, mcode))  # the kernel static_asserts its layout against it
     from tunelab.errors import CompileError
 
     try:
@@ -418,7 +411,7 @@ def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric:
     except CompileError as exc:
         exc.config = dict(cfg)
         raise
-    compiled = CompiledSearch(cfg, dt, metric, arch, expr, merges, result, int(_S.topk_threads(cfg)), static)
+    compiled = CompiledSearch(cfg, dt, metric, arch, expr, merges, result, int(_S.topk_threads(cfg)))
     with _COMPILED_LOCK:
         return _COMPILED.setdefault(key, compiled)
 
@@ -590,48 +583,36 @@ def validate_search_inputs(queries, corpus, k, metric):
 
 
 # ------------------------------------------------------------------------------------------- config resolution
-_RESOLVED: dict[tuple, dict] = {}
-
-
-def _device_name(index: int) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(index)
-
-
 def problem_of(nq: int, n: int, d: int, k: int, dtype: str, metric: str) -> dict:
     """The problem dict of the similarity family (what the tuner and the store key on)."""
     return {"nq": int(nq), "n": int(n), "d": int(d), "k": int(k), "dtype": SHORT_DTYPES[LONG_DTYPES[dtype]],
             "metric": metric}
 
 
+def _similarity_family():
+    from tunelab.tuning.families.similarity import SimilarityFamily
+
+    return SimilarityFamily()
+
+
 def resolve_config(device_index: int, *, nq: int, n: int, d: int, k: int, dtype: str, metric: str) -> tuple[dict, str]:
-    """The config the op uses without an explicit one, and where it came from (``"store"`` or ``"default"``)."""
+    """The config the op uses without an explicit one, and where it came from (``"store"`` or ``"default"``).
+
+    The stored or default config is fitted to this exact k and nq (shared memory grows with both), so the cache
+    keys on them and on the store bucket's n."""
     from tunelab.tuning.family import next_pow2
 
-    key = (device_index, next_pow2(nq), next_pow2(n), d, next_pow2(k), dtype, metric)
-    hit = _RESOLVED.get(key)
-    if hit is not None:
-        return dict(hit["config"]), hit["source"]
-    cfg, source = None, "default"
-    try:
-        from tunelab.tuning import store
-        from tunelab.tuning.families.similarity import SimilarityFamily
-
-        found = store.lookup(SimilarityFamily(), _device_name(device_index), problem_of(nq, n, d, k, dtype, metric))
-        if found is not None:
-            cfg, source = fit_config(found, k, dtype, smem_limit(_arch(device_index)), metric), "store"
-    except Exception:  # noqa: BLE001 - a missing or unreadable store means the default
-        cfg = None
-    if cfg is None:
-        cfg = default_config(nq, k, dtype, d, arch=_arch(device_index))
-    _RESOLVED[key] = {"config": cfg, "source": source}
-    return dict(cfg), source
+    arch = _arch(device_index)
+    return _dispatch.resolve(
+        _similarity_family, device_index, problem_of(nq, n, d, k, dtype, metric),
+        ("search", int(nq), next_pow2(n), int(d), int(k), dtype, metric),
+        lambda found: fit_config(found, k, dtype, smem_limit(arch), metric),
+        lambda: default_config(nq, k, dtype, d, arch=arch))
 
 
 def clear_caches() -> None:
-    """Forget resolved configs (compiled kernels stay loaded)."""
-    _RESOLVED.clear()
+    """Forget resolved configs of every op (compiled kernels stay loaded)."""
+    _dispatch.clear_caches()
 
 
 def _fit_vec(cfg: dict, dtype_code: int, pointers, strides, d: int, explicit: bool) -> dict:
@@ -707,6 +688,12 @@ def _arch(dev: int) -> str:
     return _ARCH[dev]
 
 
+@functools.lru_cache(maxsize=256)
+def _explicit_config(config: str, k: int, dtype: str, metric: str, arch: str) -> dict:
+    """A caller's config string, validated and fitted to k, once per distinct call shape (copy before changing)."""
+    return fit_config(canonical_config(parse_config_string(config)), k, dtype, smem_limit(arch), metric)
+
+
 def _run_search(queries, corpus, k: int, metric: str, config: str, memory_fraction: float, memory_budget: int,
                 chunk_rows: int, streams: int):
     dev = _device_index(queries)
@@ -715,7 +702,7 @@ def _run_search(queries, corpus, k: int, metric: str, config: str, memory_fracti
     n = corpus.shape[0]
     explicit = bool(config)
     if explicit:
-        cfg = fit_config(canonical_config(parse_config_string(config)), k, dt, smem_limit(_arch(dev)), metric)
+        cfg = dict(_explicit_config(config, k, dt, metric, _arch(dev)))
     else:
         cfg, _ = resolve_config(dev, nq=nq, n=n, d=d, k=k, dtype=dt, metric=metric)
     if corpus.is_cuda and memory_budget <= 0 and chunk_rows <= 0:
@@ -815,32 +802,27 @@ def _gram_into(states, out, symmetric: bool, mirror: bool, config: str) -> None:
     compiled.launch(x, out)
 
 
-_GRAM_RESOLVED: dict[tuple, dict] = {}
+def _gram_family():
+    from tunelab.tuning.families.gram import GramFamily
+
+    return GramFamily()
 
 
 def _resolve_gram(x, dt: str, symmetric: bool) -> dict:
     from tunelab.tuning.family import next_pow2
 
-    dev = _device_index(x)
-    key = (dev, next_pow2(x.shape[0]), x.shape[1], dt, symmetric)
-    if key in _GRAM_RESOLVED:
-        return dict(_GRAM_RESOLVED[key])
-    cfg = None
-    try:
-        from tunelab.tuning import store
-        from tunelab.tuning.families.gram import GramFamily
+    n, dim = int(x.shape[0]), int(x.shape[1])
 
-        found = store.lookup(GramFamily(), _device_name(dev), {"n": int(x.shape[0]), "dim": int(x.shape[1]),
-                                                               "dtype": SHORT_DTYPES[dt], "symmetric": bool(symmetric)})
-        if found is not None:
-            cfg = canonical_gram_config(found)
-            _S.gram_validate(cfg, GRAM_DTYPE_CODES[dt], bool(symmetric))
-    except Exception:  # noqa: BLE001
-        cfg = None
-    if cfg is None:
-        cfg = default_gram_config(dt, symmetric)
-    _GRAM_RESOLVED[key] = cfg
-    return dict(cfg)
+    def adapt(found):
+        cfg = canonical_gram_config(found)
+        _S.gram_validate(cfg, GRAM_DTYPE_CODES[dt], bool(symmetric))
+        return cfg
+
+    cfg, _ = _dispatch.resolve(_gram_family, _device_index(x),
+                               {"n": n, "dim": dim, "dtype": SHORT_DTYPES[dt], "symmetric": bool(symmetric)},
+                               ("gram", next_pow2(n), dim, dt, bool(symmetric)), adapt,
+                               lambda: default_gram_config(dt, symmetric))
+    return cfg
 
 
 def gram(states, symmetric: bool = True, *, mirror: bool = False, config: Mapping[str, Any] | None = None, out=None):
@@ -912,12 +894,8 @@ def search_unfused(queries, corpus, k: int, *, gemm_config: Mapping[str, Any] | 
     mat, scores, indices = ws["mat"], ws["scores"], ws["indices"]
     stream = int(torch.cuda.current_stream(queries.device).cuda_stream)
     gemm.launch(queries, mat, stream, y=corpus)
-    grid, block, smem, _, warps = merge.merge_args(mat, mat, queries, k, lists)
-    blob = _S.merge_pack(mat.data_ptr(), 0, queries.data_ptr(), queries.stride(0), 0, 0, scores.data_ptr(),
-                         indices.data_ptr(), nq, d, k, lists, list_len, list_len, mat.stride(0), True)
-    pack = _core.ArgPack()
-    pack.raw(blob, 8)
-    merge.functions(dev)[1 if warps == 8 else 2].launch(grid, block, smem, stream, pack)
+    merge.launch_merge(dev, stream, mat, None, queries, k, lists, out_score=scores, out_index=indices,
+                       dense=(list_len, list_len, mat.stride(0)))
     return scores, indices
 
 

@@ -111,8 +111,20 @@ class BufferPool:
         self._host: dict[Any, Any] = {}
         self._device: dict[Any, Any] = {}
         self._streams: dict[int, list] = {}
-        self.events: dict[Any, Any] = {}
+        self.events: dict[Any, Any] = {}  # (kind, slot[, device]) -> event of the buffer's last asynchronous use
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _event_key(kind: str, slot: Any, device=None) -> tuple:
+        return ("host", slot) if kind == "host" else ("device", (slot, str(device)))
+
+    def last_use(self, kind: str, slot: Any, device=None):
+        """The event recorded by :meth:`mark_use` for the ``kind`` ("host" or "device") buffer ``slot``, or None."""
+        return self.events.get(self._event_key(kind, slot, device))
+
+    def mark_use(self, kind: str, slot: Any, event, device=None) -> None:
+        """Record ``event`` as the last asynchronous use of a buffer: replacing or reusing it waits for it."""
+        self.events[self._event_key(kind, slot, device)] = event
 
     def host(self, slot: Any, nbytes: int):
         """A pinned uint8 host tensor of at least ``nbytes`` bytes."""
@@ -121,7 +133,7 @@ class BufferPool:
         with self._lock:
             buf = self._host.get(slot)
             if buf is None or buf.numel() < nbytes:
-                ev = self.events.pop(("host", slot), None)
+                ev = self.events.pop(self._event_key("host", slot), None)
                 if ev is not None:
                     ev.synchronize()
                 self._host[slot] = None
@@ -137,7 +149,7 @@ class BufferPool:
         with self._lock:
             buf = self._device.get(key)
             if buf is None or buf.numel() < nbytes:
-                ev = self.events.pop(("device", key), None)
+                ev = self.events.pop(self._event_key("device", slot, device), None)
                 if ev is not None:
                     ev.synchronize()
                 self._device[key] = None
@@ -195,12 +207,6 @@ def release_memory() -> None:
     POOL.release()
 
 
-def _element_size(dtype) -> int:
-    import torch
-
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapping[str, Any] | None = None,
                     explicit: bool = False, memory_fraction: float = 0.85, memory_budget: int | None = None,
                     chunk_rows: int | None = None, streams: int = 2, splits: int | None = None,
@@ -222,7 +228,7 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
     code = sim.DTYPE_CODES[dt]
     nq, d = queries.shape
     n = corpus.shape[0]
-    eb = _element_size(queries.dtype)
+    eb = queries.element_size()
     pad = sim.needs_padding(code, d)
     d_pad = d + 1 if pad else d
     if pad:
@@ -296,8 +302,7 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
         rows = min(plan.chunk_rows, n - r0)
         s = i % S
         cs = copy_streams[s]
-        dkey = ("device", (("chunk", s), str(dev)))
-        prev = POOL.events.get(dkey)
+        prev = POOL.last_use("device", ("chunk", s), dev)
         if prev is not None:
             cs.wait_event(prev)  # the search that last read this buffer is done
         dst = bufs[s][: rows * row_bytes].view(queries.dtype).view(rows, d_pad)
@@ -312,8 +317,7 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
                     b = min(a + plan.staging_rows, r0 + rows)
                     j = stage_turn % 2
                     stage_turn += 1
-                    hkey = ("host", ("stage", j))
-                    ev = POOL.events.get(hkey)
+                    ev = POOL.last_use("host", ("stage", j))
                     if ev is not None:
                         ev.synchronize()  # its previous DMA has finished: safe to overwrite on the host
                     st = staging[j][: (b - a) * d * eb].view(queries.dtype).view(b - a, d)
@@ -321,7 +325,7 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
                     target_view[a - r0:b - r0].copy_(st, non_blocking=True)
                     ev = torch.cuda.Event()
                     ev.record(cs)
-                    POOL.events[hkey] = ev
+                    POOL.mark_use("host", ("stage", j), ev)
             copied = torch.cuda.Event()
             copied.record(cs)
         compute.wait_event(copied)
@@ -330,5 +334,5 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
         search_chunk(i, r0, rows, dst.data_ptr(), d_pad)
         done = torch.cuda.Event()
         done.record(compute)
-        POOL.events[dkey] = done
+        POOL.mark_use("device", ("chunk", s), done, dev)
     return scores, indices

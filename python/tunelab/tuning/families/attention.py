@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from tunelab.errors import ConfigError, GateRejection, InputError
+from tunelab.kernel import smem_limit
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 
@@ -221,13 +222,6 @@ def space_for(head_dim: int, dtype: str = "float16", causal: bool = False) -> Se
     if key not in _SPACES:
         _SPACES[key] = build_space(*key)
     return _SPACES[key]
-
-
-def smem_limit(arch: str) -> int:
-    """Opt-in shared memory per block of ``arch`` (from the core's arch table)."""
-    from tunelab import _core
-
-    return int(_core.arch_limits(arch)["smem_per_block_optin"])
 
 
 def space_sizes(archs: tuple[str, ...] = ("sm_90", "sm_80")) -> dict[int, dict[str, int]]:

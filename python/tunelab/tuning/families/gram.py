@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tunelab.errors import ConfigError, GateRejection, InputError
+from tunelab.kernel import smem_limit
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
     problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
@@ -227,14 +228,13 @@ class GramFamily(TunableFamily):
 
     def static_gates(self, config: Config, problem: Any, arch: str | None = None) -> list[Rejection]:
         """Shared memory against the arch's opt-in limit; row bytes must be a multiple of VEC."""
-        from tunelab import _core
         from tunelab.kernel import current_arch
 
         p = as_problem(problem)
         arch = arch or current_arch()
         out = []
         smem = smem_bytes_py(config, p.scalar_bytes)
-        limit = int(_core.arch_limits(arch)["smem_per_block_optin"])
+        limit = smem_limit(arch)
         if smem > limit:
             out.append(Rejection("static.smem", f"{smem} bytes of shared memory > {limit} bytes on {arch}"))
         if (p.scalars * p.scalar_bytes) % config["VEC"]:

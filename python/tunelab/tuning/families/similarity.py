@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tunelab.errors import ConfigError, GateRejection, InputError
+from tunelab.kernel import smem_limit
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
     problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
@@ -136,14 +137,21 @@ def accumulators(c: Mapping[str, Any]) -> int:
     return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
 
 
-def wgmma_rules(c: Mapping[str, Any], element_bytes: int) -> bool:
-    """The wgmma main loop's rules (``MMA=1``): 16-bit inputs, 128-byte row slices, WARPS_Q = 1, WARPS_N 4 or 8,
-    STAGES >= 3 (BLOCK_N a multiple of 64 per warpgroup is the generic BLOCK_N % (16 WARPS_N) rule). Always true
-    for ``MMA=0``."""
-    if c.get("MMA", 0) != 1:
+def launcher_accepts_wgmma(dtype: str, metric: str) -> Callable[[Mapping[str, Any]], bool]:
+    """Constraint predicate for the wgmma main loop's rules (``MMA=1``: 16-bit inputs, 128-byte row slices,
+    WARPS_Q = 1, WARPS_N 4 or 8, STAGES >= 3): the launcher's own check (``topk_validate``), whose ConfigError
+    names the broken rule and becomes the rejection's reason. ``MMA=0`` configs pass."""
+    ops = _ops()
+    dtype_code, metric_code = ops.DTYPE_CODES[ops.LONG_DTYPES[dtype]], ops.METRICS[metric]
+
+    def accepts(c: Mapping[str, Any]) -> bool:
+        if c["MMA"] == 1:
+            error = ops._S.topk_config_error({n: c[n] for n in ops.PARAM_NAMES}, dtype_code, metric_code)
+            if error:
+                raise ConfigError(error)
         return True
-    return (element_bytes == 2 and c["BLOCK_K"] * element_bytes == 128 and c["WARPS_Q"] == 1
-            and c["WARPS_N"] in (4, 8) and c["STAGES"] >= 3)
+
+    return accepts
 
 
 def block_q_choices(nq: int) -> list[int]:
@@ -193,7 +201,7 @@ def build_space(problem: Any) -> SearchSpace:
                    "MIN_BLOCKS x threads exceeds 2048 threads per SM", code="static.threads"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= MAX_ACCUMULATORS,
                    f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread (certain spills)"),
-        Constraint("wgmma_rules", lambda c: wgmma_rules(c, eb),
+        Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
                    "MMA=1 needs 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 and STAGES >= 3",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
@@ -212,13 +220,6 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     static = c["STAGES"] * (c["BLOCK_N"] + c["BLOCK_Q"]) * row + c["BLOCK_Q"] * (epi + 4) * 4 + warps * epi * 8 + \
         norms + c["BLOCK_Q"] * 16 + c["WARPS_N"] * c["BLOCK_Q"] * 4  # per-query meta, pre-check hit flags
     return static + 2 * c["BLOCK_Q"] * k * 8
-
-
-def smem_limit(arch: str) -> int:
-    """Opt-in shared memory per block of ``arch``."""
-    from tunelab import _core
-
-    return int(_core.arch_limits(arch)["smem_per_block_optin"])
 
 
 # ------------------------------------------------------------------------------------------------ numerics
