@@ -1,7 +1,6 @@
 """Helpers shared by the benchmark scripts: result files with the environment fingerprint, summaries."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,30 +15,33 @@ def summarize(samples_us) -> dict[str, float]:
     a = np.asarray(samples_us, dtype=np.float64)
     out = {"n": int(a.size), "median": float(np.median(a)), "mean": float(a.mean()), "min": float(a.min()),
            "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90))}
-    try:
-        from tunelab.stats import bootstrap_median_ci
-        lo, hi = bootstrap_median_ci(a)
-    except Exception:  # stats module not present: fall back to scipy directly
-        from scipy import stats
-        res = stats.bootstrap((a,), np.median, confidence_level=0.95, n_resamples=2000, method="BCa",
-                              random_state=0)
-        lo, hi = res.confidence_interval
-    out["ci95"] = [float(lo), float(hi)]
+    from tunelab.stats import median_ci
+
+    ci = median_ci(a, seed=0)
+    out["ci95"] = [float(ci.low), float(ci.high)]
     return out
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     """Write ``payload`` plus the environment fingerprint to ``benchmarks/results/<name>.json`` (or $OUT too)."""
     from tunelab.env import fingerprint
+    from tunelab.jsonfile import write_json
+
     doc = {"benchmark": name, "environment": fingerprint(), **payload}
-    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    write_json(path, doc, indent=2, default=float)
+    copy_to_out(path)
+    return path
+
+
+def copy_to_out(path: Path) -> None:
+    """Copy a written result into $OUT when it is set: device runs bring back only what lies there."""
     extra = os.environ.get("OUT")
     if extra:
+        import shutil
+
         Path(extra).mkdir(parents=True, exist_ok=True)
-        (Path(extra) / f"{name}.json").write_text(path.read_text())
-    return path
+        shutil.copy(path, Path(extra) / Path(path).name)
 
 
 def warm_up_gpu(seconds: float = 2.0) -> float:

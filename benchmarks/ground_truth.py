@@ -28,6 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import copy_to_out  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data"
 
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
     from tunelab.tuning.family_backend import FamilyBackend
     from tunelab.tuning.gates import GateConfig, static_rejection
     from tunelab.tuning.replay import make_replay_dict, save_replay
-    from tunelab.tuning.results import fingerprint
+    from tunelab.env import fingerprint
 
     if args.fake:
         from tunelab.tuning.fake import FakeBackend, ToyFamily
@@ -245,11 +248,7 @@ def main(argv=None) -> int:
     for n, s in baselines.items():
         print(f"baseline {n}: median {float(np.median(s)):.2f} us")
     print(f"written {out} ({'complete' if complete else 'PARTIAL'}) in {time.perf_counter() - t_start:.0f} s")
-    if os.environ.get("OUT"):  # device runs bring back only what is under $OUT
-        import shutil
-
-        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
-        shutil.copy(out, Path(os.environ["OUT"]) / out.name)
+    copy_to_out(out)
     return 0
 
 

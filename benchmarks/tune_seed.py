@@ -17,6 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import copy_to_out  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "tune_seed.json"
 
@@ -62,13 +65,7 @@ def main(argv=None) -> int:
           f"(compile CPU {t['compile_cpu_s']:.0f} s overlapped), measure {t['measure_s']:.0f} s, confirm "
           f"{t['confirm_s']:.0f} s, sampler {t['sampler_s']:.0f} s, overhead {t['overhead_s']:.0f} s")
     print(f"written {args.out}")
-    import os
-
-    if os.environ.get("OUT"):  # device runs bring back only what is under $OUT
-        import shutil
-
-        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
-        shutil.copy(args.out, Path(os.environ["OUT"]) / args.out.name)
+    copy_to_out(args.out)
     return 0
 
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import json
 import os
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import copy_to_out  # noqa: E402
 
 import numpy as np
 
@@ -127,7 +129,7 @@ def main(argv=None) -> int:
     import tunelab.tuning.api  # noqa: F401 - import cost outside the timings
     from tunelab.tuning.gates import static_rejection
     from tunelab.tuning.replay import ReplayData, ReplayFamily, load_replay
-    from tunelab.tuning.results import fingerprint
+    from tunelab.env import fingerprint
 
     synthetic_in_memory = args.synthetic
     if args.synthetic:
@@ -206,8 +208,10 @@ def main(argv=None) -> int:
     if out is None:
         print("synthetic replay: results not written (pass --out to keep them for development)")
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1))
+        from tunelab.jsonfile import write_json
+
+        write_json(out, doc)
+        copy_to_out(out)
         print(f"written {out}")
     return 0
 

@@ -6,7 +6,13 @@ draws on ``ax`` (a new figure when None) and returns the axes, so it works in no
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+
+def arm_label(arm: Mapping[str, Any]) -> str:
+    """A confirmation arm's display name: its label, marked ``(default)`` when it is the family's default config
+    under another label (tables and plots)."""
+    return arm["label"] + (" (default)" if arm.get("is_default") and arm["label"] != "default" else "")
 
 
 def _data(result: Any) -> dict:
@@ -92,8 +98,7 @@ def plot_confirmation(result: Any, ax=None):
     labels, med, lo, hi, colors = [], [], [], [], []
     for a in arms:
         ci = a["ci"]
-        name = a["label"] + (" (default)" if a.get("is_default") and a["label"] != "default" else "")
-        labels.append(name)
+        labels.append(arm_label(a))
         med.append(ci["estimate"])
         lo.append(ci["estimate"] - ci["low"])
         hi.append(ci["high"] - ci["estimate"])

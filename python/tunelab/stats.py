@@ -215,16 +215,3 @@ def expected_random_draws(n_valid: int, n_good: int) -> float:
     if n_good <= 0 or n_valid <= 0 or n_good > n_valid:
         raise ValueError(f"need 0 < n_good <= n_valid, got n_good={n_good}, n_valid={n_valid}")
     return (n_valid + 1) / (n_good + 1)
-
-
-def bootstrap_median_ci(samples: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
-                        n_resamples: int = DEFAULT_RESAMPLES, seed=0) -> tuple[float, float]:
-    """(low, high) of the BCa bootstrap CI of the median: :func:`median_ci` for callers that want a pair."""
-    ci = median_ci(samples, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return ci.low, ci.high
-
-
-def median_of_runs_ci(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE, seed=None,
-                      n_resamples: int = 4999) -> CI:
-    """Median of per-seed results (e.g. evaluations-to-target across 20 seeds) with a BCa bootstrap CI."""
-    return median_ci(values, confidence=confidence, n_resamples=n_resamples, seed=seed)

@@ -16,7 +16,8 @@ from tunelab.tuning.backend import Backend
 from tunelab.tuning.driver import SearchDriver, SearchOptions, default_compile_workers
 from tunelab.tuning.family import DTYPES, TunableFamily, get_family, stable_hash
 from tunelab.tuning.gates import GateConfig, static_rejection
-from tunelab.tuning.results import SCHEMA, VERSION, TuneResult, fingerprint, save_results, utcnow
+from tunelab.env import fingerprint
+from tunelab.tuning.results import SCHEMA, VERSION, TuneResult, save_results, utcnow
 from tunelab.tuning.samplers import SAMPLERS, Codec, make_sampler, resolve_sampler
 from tunelab.tuning.seeding import (lhs_configs, occupancy_ranked, parse_seed_from, top_configs_from_file,
                                     top_configs_from_study)
@@ -24,6 +25,10 @@ from tunelab.tuning.study import (device_slug, fail_interrupted, info, make_stud
                                   trial_record)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+#: Spaces up to this many configs are enumerated once per study (the valid pool the grid and gp samplers,
+#: occupancy seeding, nearest-valid LHS repair and exhaustion checks use); above it the tuner samples.
+MAX_ENUMERATED = 2_000_000
 
 
 def _in_notebook() -> bool:
@@ -141,7 +146,7 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
         return static_rejection(fam, space, c, problem) is None
 
     valid_pool = None
-    if space.size() <= 2_000_000:
+    if space.size() <= MAX_ENUMERATED:
         valid_pool = [c for c in space.enumerate(valid_only=False) if is_valid(c)]  # is_valid checks the space too
         if not valid_pool:
             raise TunelabError(f"no config of {space.name!r} passes the static gates for {problem_key}; "
@@ -179,7 +184,9 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
                 configs = top_configs_from_study(optuna.load_study(study_name=arg, storage=storage_obj), seed_from_k)
             else:
                 if valid_pool is None:
-                    raise ConfigError("--seed-from occupancy needs an enumerable space")
+                    raise ConfigError(f"--seed-from occupancy ranks every valid config, but {space.name!r} has "
+                                      f"{space.size():,} configs (more than {MAX_ENUMERATED:,} are not listed): "
+                                      "seed from a file or study instead, or narrow the space")
                 configs = occupancy_ranked(valid_pool, backend.prepare, seed_from_k, seed=seed)
             for c in configs:
                 try:
@@ -298,21 +305,12 @@ def _key_of(driver: SearchDriver, known) -> str:
 def make_problem(family: str | TunableFamily, shape, dtype: str = "fp16", **flags: Any) -> Any:
     """A problem from a shape, a dtype and flags, as ``tunelab tune --shape --dtype --causal`` builds it.
 
-    Uses the family's ``problem_from_cli``; for attention without one, ``shape`` is ``(B, H, S, D)`` and the
-    problem is ``{"batch", "heads", "seq_len", "head_dim", "dtype", "causal"}``.
+    Uses the family's ``problem_from_cli`` (attention: ``shape`` is ``(B, H, S, D)``).
     """
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype {dtype!r} is not accepted; accepted dtypes are {list(DTYPES)}")
     fam = get_family(family)
     shape = [int(x) for x in shape]
-    if type(fam).problem_from_cli is not TunableFamily.problem_from_cli:
-        return fam.problem_from_cli(shape, dtype, dict(flags))
-    if fam.name == "attention":
-        if len(shape) != 4:
-            raise ConfigError(f"--shape for attention is B,H,S,D (4 numbers), got {shape}")
-        b, h, s, d = shape
-        return {"batch": b, "heads": h, "seq_len": s, "head_dim": d, "dtype": dtype,
-                "causal": bool(flags.get("causal", False))}
     return fam.problem_from_cli(shape, dtype, dict(flags))
 
 

@@ -17,7 +17,6 @@ Without baselines (a user kernel that declares none) the verdict is taken agains
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from tunelab import stats
 from tunelab.tuning.backend import Arm
@@ -199,8 +198,3 @@ def run_confirmation(evaluator, memory: Memory, space: SearchSpace, default_conf
         data.measure_s = time.perf_counter() - t0
     default_key = space.key(default_config) if default_config is not None else None
     return analyse(arms, data, rounds, target, default_key, space, search_values, notes, n_resamples, seed)
-
-
-def describe_arm(arm: Any) -> str:
-    """Short text for an arm (label plus default marker)."""
-    return arm.label + (" (default)" if getattr(arm, "is_default", False) and arm.label != "default" else "")

@@ -156,12 +156,8 @@ class SearchDriver:
         return self.evaluated - best_at
 
     def valid_pool(self) -> list[Config] | None:
-        """Every statically valid config (enumerated once, lazily); None for spaces too big to enumerate."""
-        if self._valid_pool is None:
-            if self.space.size() > 2_000_000:
-                return None
-            self._valid_pool = [c for c in self.space.enumerate(valid_only=False)
-                                if static_rejection(self.family, self.space, c, self.problem) is None]
+        """Every statically valid config, as ``tune()`` enumerated it; None for spaces too big to enumerate
+        (``api.MAX_ENUMERATED``)."""
         return self._valid_pool
 
     # -- telling ---------------------------------------------------------------------------------------------------

@@ -236,7 +236,8 @@ class TunableFamily:
 
     def problem_from_cli(self, shape: list[int], dtype: str, flags: Mapping[str, Any]) -> Any:
         """Build a problem from ``--shape``, ``--dtype`` and boolean flags (``causal``); families override."""
-        raise ConfigError(f"family {self.name!r} does not accept --shape/--dtype on the command line")
+        raise ConfigError(f"family {self.name!r} does not accept --shape/--dtype on the command line: pass a problem "
+                          f"from Python (tunelab.tune({self.name!r}, problem)) or define problem_from_cli on the family")
 
     def store_key(self, problem: Any) -> dict:
         """What identifies a tuned config in the store besides family and device: shape bucket, dtype, flags.

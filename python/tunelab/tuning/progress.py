@@ -5,6 +5,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tunelab.report import arm_label
+
 
 class SearchProgress:
     """Progress bar: evaluations done / budget, best median so far, rejections, duplicates answered."""
@@ -63,7 +65,7 @@ def confirmation_table(conf: dict) -> Table:
     speedups = conf.get("speedups", {})
     for a in conf["arms"]:
         ci = a["ci"]
-        label = a["label"] + (" (default)" if a.get("is_default") and a["label"] != "default" else "")
+        label = arm_label(a)
         if a["label"] == conf.get("best"):
             label = f"[bold green]{label} *[/bold green]"
         if a["label"] in speedups:

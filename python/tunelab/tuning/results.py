@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import platform
-import sys
 from pathlib import Path
-from typing import Any
 
 from tunelab.errors import TunelabError
 from tunelab.jsonfile import read_json, write_json
@@ -28,34 +25,6 @@ from tunelab.tuning.confirm import Confirmation
 
 SCHEMA = "tunelab.results"
 VERSION = 1
-
-
-def fingerprint() -> dict:
-    """``tunelab.env.fingerprint()`` when available, else a minimal environment description."""
-    try:
-        from tunelab.env import fingerprint as fp
-
-        return dict(fp())
-    except Exception:  # noqa: BLE001 - the lead's module may be missing or fail without a GPU
-        pass
-    out: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
-                           "machine": platform.machine(), "fallback": True}
-    for mod in ("optuna", "numpy", "scipy", "torch"):
-        m = sys.modules.get(mod)
-        if m is None and mod != "torch":
-            try:
-                m = __import__(mod)
-            except ImportError:
-                m = None
-        if m is not None:
-            out[mod] = getattr(m, "__version__", "?")
-    try:
-        from importlib.metadata import version
-
-        out["tunelab"] = version("tunelab")
-    except Exception:  # noqa: BLE001
-        out["tunelab"] = None
-    return out
 
 
 def utcnow() -> str:

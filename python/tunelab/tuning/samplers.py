@@ -29,7 +29,7 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from tunelab.errors import ConfigError
 from tunelab.tuning.space import Config, SearchSpace
@@ -138,7 +138,9 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
         if valid_configs is None:
-            raise ConfigError("the grid sampler needs the list of valid configs (an enumerable space)")
+            raise ConfigError("the grid sampler chooses among every valid config, which are listed only for spaces "
+                              "up to tunelab.tuning.api.MAX_ENUMERATED configs: use sampler='tpe' (or 'auto'), or "
+                              "narrow the space")
         return ValidGridSampler(codec, list(valid_configs), seed=seed)
     if name == "cmaes":
         try:
@@ -152,7 +154,9 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
                                                 n_startup_trials=1)
     if name == "gp":
         if valid_configs is None:
-            raise ConfigError("the gp sampler needs the list of valid configs (an enumerable space)")
+            raise ConfigError("the gp sampler chooses among every valid config, which are listed only for spaces "
+                              "up to tunelab.tuning.api.MAX_ENUMERATED configs: use sampler='tpe' (or 'auto'), or "
+                              "narrow the space")
         from tunelab.tuning.surrogate import SurrogateSampler
 
         return SurrogateSampler(codec, valid_configs, seed=seed)
@@ -160,8 +164,3 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
         pop = 50 if n_trials is None else int(min(50, max(8, n_trials // 5)))
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=pop)
     raise ConfigError(f"unknown sampler {name!r}; accepted samplers are {list(SAMPLERS)}")
-
-
-def finished(trial: FrozenTrial) -> bool:
-    """True for a trial in a final state."""
-    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)

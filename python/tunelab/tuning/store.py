@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import warnings
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any, Iterator, Mapping
 from tunelab.errors import ConfigError, TunelabError
 from tunelab.jsonfile import read_json, write_json
 from tunelab.tuning.family import TunableFamily, get_family, next_pow2, problem_to_dict
+from tunelab.tuning.space import config_key
 from tunelab.tuning.study import device_slug
 
 FORMAT = "tunelab.store"
@@ -109,8 +109,8 @@ def bucket_of(family: TunableFamily | str, problem: Any) -> dict:
 
 
 def entry_key(family: str, bucket: Mapping[str, Any]) -> str:
-    """``family|k=v,...`` with sorted keys."""
-    return family + "|" + ",".join(f"{k}={json.dumps(bucket[k])}" for k in sorted(bucket))
+    """``family|k=v,...`` with sorted keys (the bucket's :func:`~tunelab.tuning.space.config_key`)."""
+    return family + "|" + config_key(bucket)
 
 
 @contextlib.contextmanager
@@ -131,7 +131,9 @@ def _read(path: Path) -> dict:
         return {"format": FORMAT, "version": VERSION, "device": None, "entries": {}}
     data = read_json(path, "tuned-config store", invalid_hint="move it away and re-tune or re-import")
     if data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise TunelabError(f"{str(path)!r} is not a version-{VERSION} tunelab store file")
+        raise TunelabError(f"{str(path)!r} is not a version-{VERSION} tunelab store file (it says format "
+                           f"{data.get('format')!r}, version {data.get('version')!r}): move it away, then re-tune or "
+                           f"re-import an export made by this tunelab version")
     return data
 
 
@@ -258,10 +260,7 @@ def export_store(path: str | os.PathLike, device: str | None = None) -> int:
     devices: dict[str, dict] = {}
     for e in entries(device):
         devices.setdefault(e["device"], {})[entry_key(e["family"], e["bucket"])] = e
-    doc = {"format": EXPORT_FORMAT, "version": VERSION, "devices": devices}
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    write_json(path, {"format": EXPORT_FORMAT, "version": VERSION, "devices": devices}, sort_keys=True)
     return sum(len(v) for v in devices.values())
 
 

@@ -24,7 +24,6 @@ from tunelab.errors import ConfigError
 from tunelab.tuning.family import stable_hash
 from tunelab.tuning.space import SearchSpace
 
-STUDY_SCHEMA = 1
 #: Name of the one user attribute holding the tuner's record of a trial (one storage write per trial; SQLite
 #: commits dominate the tuner's own overhead).
 ATTR = "tunelab"
@@ -154,11 +153,6 @@ class Memory:
         """The fastest measured config."""
         ok = [k for k in self.by_key.values() if k.status == "ok"]
         return min(ok, key=lambda k: k.value) if ok else None
-
-
-def study_attrs(study: optuna.Study) -> dict:
-    """The tuner's study-level attributes (family, problem, space, ...)."""
-    return dict(study.user_attrs)
 
 
 def trial_record(t: FrozenTrial) -> dict:

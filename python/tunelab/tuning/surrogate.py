@@ -28,10 +28,12 @@ from typing import Sequence
 
 import numpy as np
 import optuna
+from scipy.linalg import cho_solve, solve_triangular
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from tunelab.tuning.space import Config, SearchSpace
+from tunelab.tuning.study import info
 
 
 #: Largest candidate set the ``gp`` sampler scores on every ask (the default sampler falls back to TPE above it).
@@ -58,8 +60,9 @@ def features(space: SearchSpace, configs: Sequence[Config]) -> np.ndarray:
 
 
 def _matern52(a: np.ndarray, b: np.ndarray, ls: np.ndarray) -> np.ndarray:
-    d = np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) / ls) ** 2, 0.0).sum(-1))
-    s5 = math.sqrt(5.0) * d
+    from scipy.spatial.distance import cdist
+
+    s5 = math.sqrt(5.0) * cdist(a / ls, b / ls)
     return (1.0 + s5 + s5 * s5 / 3.0) * np.exp(-s5)
 
 
@@ -95,13 +98,12 @@ class GaussianProcess:
             L = np.linalg.cholesky(K)
         except np.linalg.LinAlgError:
             return 1e10, np.zeros_like(theta)
-        alpha = np.linalg.solve(L.T, np.linalg.solve(L, self.z))
+        alpha = cho_solve((L, True), self.z)
         # a weak log-normal prior on the length scales (centred on 1, the span of a coordinate) keeps a few
         # points from driving every length scale to a bound
         prior = 0.5 * ((theta[:-2] / 1.5) ** 2).sum()
         nll = float(0.5 * self.z @ alpha + np.log(np.diag(L)).sum() + prior)
-        Linv = np.linalg.solve(L, np.eye(n))
-        W = Linv.T @ Linv - np.outer(alpha, alpha)  # K^-1 - alpha alpha^T
+        W = cho_solve((L, True), np.eye(n)) - np.outer(alpha, alpha)  # K^-1 - alpha alpha^T
         g = np.empty_like(theta)
         dk = sig * (5.0 / 3.0) * (1.0 + s5) * e  # dK/dlog l_d = dk * diff2[..., d]
         g[:-2] = 0.5 * np.einsum("ij,ij,ijd->d", W, dk, diff2) + theta[:-2] / 1.5 ** 2
@@ -140,21 +142,21 @@ class GaussianProcess:
     def _factor(self, X: np.ndarray, z: np.ndarray) -> None:
         ls, sig, noise = self._unpack(self.theta)
         K = sig * _matern52(X, X, ls) + (noise + 1e-8) * np.eye(len(X))
-        self._Xc, self._L = X, np.linalg.cholesky(K)
-        self._alpha = np.linalg.solve(self._L.T, np.linalg.solve(self._L, z))
+        self._Xc, self._zc, self._L = X, z, np.linalg.cholesky(K)
+        self._alpha = cho_solve((self._L, True), z)
 
     def condition(self, Xp: np.ndarray) -> None:
         """Add pseudo-observations at ``Xp`` equal to the current posterior mean (hyperparameters unchanged)."""
         if len(Xp) == 0:
             return
         m, _ = self._predict_z(Xp)
-        self._factor(np.vstack([self._Xc, Xp]), np.r_[self._L @ (self._L.T @ self._alpha), m])
+        self._factor(np.vstack([self._Xc, Xp]), np.r_[self._zc, m])
 
     def _predict_z(self, Xs: np.ndarray):
         ls, sig, _ = self._unpack(self.theta)
         Ks = sig * _matern52(np.asarray(Xs, float), self._Xc, ls)
         m = Ks @ self._alpha
-        v = np.linalg.solve(self._L, Ks.T)
+        v = solve_triangular(self._L, Ks.T, lower=True)
         var = np.maximum(sig - (v * v).sum(0), 1e-12)
         return m, np.sqrt(var)
 
@@ -189,8 +191,7 @@ class SurrogateSampler(BaseSampler):
         self._codec = codec
         self._space = codec.space
         self._configs = list(configs)
-        self._keys = [self._space.key(c) for c in self._configs]
-        self._index = {k: i for i, k in enumerate(self._keys)}
+        self._index = {self._space.key(c): i for i, c in enumerate(self._configs)}
         self._X = features(self._space, self._configs)
         self._rng = np.random.default_rng(seed)
         self._gp = GaussianProcess()
@@ -218,6 +219,8 @@ class SurrogateSampler(BaseSampler):
         for t in study._get_trials(deepcopy=False, use_cache=True):
             if t.number == trial.number or not t.params:
                 continue
+            if t.state == TrialState.FAIL and info(t).get("status") in ("cancelled", "interrupted"):
+                continue  # stopped before its measurement: the config may be proposed again (study.py)
             i = self._index.get(self._key(t))
             if i is None:
                 continue
