@@ -20,7 +20,10 @@ benchmarks/results/similarity_probe.json with the environment fingerprint; a tab
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
-benchmarks/results/similarity_probe_wgmma.json instead.
+benchmarks/results/similarity_probe_wgmma.json instead; ``--variants merge`` the running top-k strategies (thread
+lists, MERGE 3 and 4, against the shared lists merged by a warp, MERGE 0..2) on the default tiling, into
+similarity_probe_merge.json. With thread lists the all-zero "mainloop" run is no main loop: every tied key passes
+the pre-check (a bar of key >= k-th key), so every tile runs the store-and-scan epilogue.
 """
 from __future__ import annotations
 
@@ -46,6 +49,12 @@ def wgmma_variants(nq: int) -> list[tuple[str, dict, int | None]]:
                   {**wg, "BLOCK_N": bn, "WARPS_N": wn, "STAGES": st, "EPI_ROWS": epi}, None))
     v.append(("wg BN=128,WN=8,S=4 2x", {**wg, "BLOCK_N": 128, "WARPS_N": 8, "STAGES": 4, "EPI_ROWS": 128}, 264))
     return v
+
+
+def merge_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """The running top-k strategies on the default tiling: thread lists (3: 16 entries, 4: 32) and shared lists
+    (0 rank, 1 bitonic, 2 hybrid)."""
+    return [("default", {}, None)] + [(f"MERGE={m}", {"MERGE": m}, None) for m in (3, 4, 2, 0, 1)]
 
 
 def variants(nq: int) -> list[tuple[str, dict, int | None]]:
@@ -79,8 +88,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
-    ap.add_argument("--variants", choices=("sync", "wgmma", "all"), default="sync",
-                    help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; all: both")
+    ap.add_argument("--variants", choices=("sync", "wgmma", "merge", "all"), default="sync",
+                    help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; merge: the running "
+                         "top-k strategies (MERGE); all: sync and wgmma")
     args = ap.parse_args()
 
     def variant_list(nq):
@@ -88,6 +98,8 @@ def main() -> int:
             return variants(nq)
         if args.variants == "wgmma":
             return wgmma_variants(nq)
+        if args.variants == "merge":
+            return merge_variants(nq)
         return variants(nq) + wgmma_variants(nq)[1:]
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 

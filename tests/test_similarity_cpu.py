@@ -333,9 +333,9 @@ def test_defaults_compile_without_spills(arch):
     for item, cfg, cs in results:
         r = cs.resources
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (arch, item, cfg, r)
-        for w in (8, 4):
-            m = cs.merge_resources(w)
-            assert m.spill_store_bytes == 0, (arch, item, w, m)
+        for kind in sim.MERGE_KINDS:
+            m = cs.merge_resources(kind)
+            assert m.spill_store_bytes == 0 and m.stack_bytes == 0, (arch, item, kind, m)
         occ = _core.occupancy(arch, cs.threads, r.registers, cs.smem_bytes(10))
         assert occ.blocks_per_sm >= 1, (arch, cfg, occ)
 

@@ -69,9 +69,11 @@ void bind_similarity(py::module_& m) {
         py::arg("list_offset"), "SearchParams bytes (pass to ArgPack.raw(bytes, 8)).");
 
     // merge
-    s.def("merge_warps", &sl::merge_warps, py::arg("k"));
-    s.def("merge_smem_bytes", &sl::merge_smem_bytes, py::arg("warps"), py::arg("k"));
-    s.def("merge_name_expression", &sl::merge_name_expression, py::arg("dtype"), py::arg("metric"), py::arg("warps"));
+    s.def("merge_kind", &sl::merge_kind, py::arg("k"),
+          "Merge kernel variant for k: 0, 1 thread lists (k <= 16, 32); 2, 3 shared lists, 8 or 4 warps.");
+    s.def("merge_threads", &sl::merge_threads, py::arg("kind"));
+    s.def("merge_smem_bytes", &sl::merge_smem_bytes, py::arg("kind"), py::arg("k"));
+    s.def("merge_name_expression", &sl::merge_name_expression, py::arg("dtype"), py::arg("metric"), py::arg("kind"));
     s.def(
         "merge_pack",
         [](unsigned long long ck, unsigned long long ci, unsigned long long q, long long qs, unsigned long long ok,

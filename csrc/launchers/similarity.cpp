@@ -64,7 +64,7 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"WARPS_Q", {1, 2, 4}},          // warps along the queries
             {"STAGES", {2, 3, 4, 5, 6}},     // cp.async ring depth
             {"VEC", {4, 8, 16}},             // bytes per cp.async
-            {"MERGE", {0, 1, 2}},            // 0 rank merge, 1 bitonic, 2 hybrid
+            {"MERGE", {0, 1, 2, 3, 4}},      // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32)
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
             {"MMA", {0, 1}},                 // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles (sm_90a)
@@ -102,6 +102,10 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     if (c.min_blocks * c.threads() > 2048)
         bad(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.threads()) +
                      " threads exceeds 2048 threads per SM");
+    if (c.merge >= 3 && c.threads() < c.block_q)
+        bad(fam, "MERGE=" + std::to_string(c.merge) + " (thread lists) needs a thread per query column: " +
+                     std::to_string(c.threads()) + " threads < BLOCK_Q=" + std::to_string(c.block_q) +
+                     "; use more warps, a smaller BLOCK_Q or MERGE 0..2");
     if (c.mma == 1) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
                        // BLOCK_N % (16 x WARPS_N), checked above)
         const std::string why = "MMA=1 (wgmma warpgroup tiles) needs ";
@@ -119,25 +123,38 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     return c;
 }
 
+void topk_check_k(const TopkConfig& c, long long k) {
+    const int cap = tunelab::sim::thread_list_capacity(c.merge);
+    if (cap > 0 && k > cap)
+        throw ConfigError("similarity config: MERGE=" + std::to_string(c.merge) + " keeps at most " +
+                          std::to_string(cap) + " entries per thread list; k=" + std::to_string(k) + " needs " +
+                          (k <= 32 ? "MERGE=4 (k <= 32) or " : "") + "MERGE 0..2");
+}
+
 long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const TopkConfig c = topk_validate(config, dtype, metric);
-    // Mirrors TopkTraits: pipeline ring, score tile, per-warp scratch lists, row norms (cosine, l2),
-    // per-query {len, sel, thr_key, thr_idx}, the pre-check's hit flags [WARPS_N][BLOCK_Q].
+    // Mirrors TopkTraits: pipeline ring, score tile, per-warp scratch lists (not with thread lists), row norms
+    // (cosine, l2), per-query {len, sel, thr_key, thr_idx} (thread lists: each part's k-th key), the pre-check's
+    // hit flags [WARPS_N][BLOCK_Q].
+    const bool thread_lists = c.merge >= 3;
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
     const long long stage = (c.block_n + c.block_q) * row_bytes;
     const long long epi = c.epi_rows();
     const long long score = c.block_q * (epi + 4) * 4;
-    const long long scratch = static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
+    const long long scratch = thread_lists ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
     const long long norms = metric != 0 ? c.block_n * 4LL : 0;
-    const long long meta = c.block_q * 16LL + c.warps_n * c.block_q * 4LL;  // + the pre-check's hit flags
+    const long long bars = thread_lists ? tunelab::sim::thread_list_parts(c.threads(), c.block_q) * c.block_q * 4LL
+                                        : c.block_q * 16LL;
+    const long long meta = bars + c.warps_n * c.block_q * 4LL;  // + the pre-check's hit flags
     return c.stages * stage + score + scratch + norms + meta;
 }
 
 long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {
     if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
     const TopkConfig c = topk_validate(config, dtype, metric);
-    // two list buffers of (key, index) per query: the running top-k is double-buffered
-    return topk_static_smem_bytes(config, dtype, metric) + 2LL * c.block_q * k * 8;
+    topk_check_k(c, k);
+    return topk_static_smem_bytes(config, dtype, metric) +
+           tunelab::sim::topk_list_bytes(c.merge, c.threads(), c.block_q, k);
 }
 
 int topk_threads(const Config& config) {
@@ -210,6 +227,7 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
                       int tiles_per_split, int list_offset) {
     const TopkConfig c = topk_validate(config, dtype, 0);
+    topk_check_k(c, k);
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
     if (n < 1 || n > INT_MAX) throw InputError("n=" + std::to_string(n) + " must be in 1..2^31-1");
     if (d < 1 || d > INT_MAX / 4) throw InputError("d=" + std::to_string(d) + " must be in 1..2^29");
@@ -252,16 +270,37 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
 
 // ------------------------------------------------------------------------------------------------ merge
 
-int merge_warps(int k) { return tunelab::sim::merge_warps(k); }
+int merge_kind(long long k) {
+    if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
+    return tunelab::sim::merge_kind(static_cast<int>(std::min<long long>(k, INT_MAX)));
+}
 
-long long merge_smem_bytes(int warps, int k) { return tunelab::sim::merge_smem_bytes(warps, k); }
+namespace {
+void check_merge_kind(int kind) {
+    if (kind < 0 || kind > 3)
+        throw ConfigError("merge kind " + std::to_string(kind) +
+                          " is not 0 (thread lists, k <= 16), 1 (thread lists, k <= 32), 2 (8 warps) or 3 (4 warps)");
+}
+}  // namespace
 
-std::string merge_name_expression(int dtype, int metric, int warps) {
+int merge_threads(int kind) {
+    check_merge_kind(kind);
+    return 32 * tunelab::sim::merge_kind_warps(kind);
+}
+
+long long merge_smem_bytes(int kind, int k) {
+    check_merge_kind(kind);
+    return tunelab::sim::merge_smem_bytes(kind, k);
+}
+
+std::string merge_name_expression(int dtype, int metric, int kind) {
     if (dtype < 0 || dtype > 2) throw ConfigError("merge: dtype code " + std::to_string(dtype) + " is not 0..2");
     if (metric < 0 || metric > 2) throw ConfigError("merge: metric code " + std::to_string(metric) + " is not 0..2");
-    if (warps != 4 && warps != 8) throw ConfigError("merge: warps=" + std::to_string(warps) + " is not 4 or 8");
-    return "tunelab::sim::similarity_merge<" + std::to_string(dtype) + ", " + std::to_string(metric) + ", " +
-           std::to_string(warps) + ">";
+    check_merge_kind(kind);
+    const std::string args = std::to_string(dtype) + ", " + std::to_string(metric) + ", ";
+    if (kind <= tunelab::sim::kMergeLists32)
+        return "tunelab::sim::similarity_merge_lists<" + args + (kind == tunelab::sim::kMergeLists16 ? "16" : "32") + ">";
+    return "tunelab::sim::similarity_merge<" + args + std::to_string(tunelab::sim::merge_kind_warps(kind)) + ">";
 }
 
 std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx, unsigned long long queries,

@@ -35,6 +35,8 @@ struct TopkConfig {
 
 // Names, values and cross-parameter rules (the kernel's static_asserts); dtype 0..2, metric 0..2.
 TopkConfig topk_validate(const Config& config, int dtype, int metric);
+// ConfigError when the config's thread lists (MERGE 3, 4) cannot hold k entries.
+void topk_check_k(const TopkConfig& c, long long k);
 // Shared memory without the per-query lists (= TopkTraits::kStaticSmemBytes), and with them for k.
 long long topk_static_smem_bytes(const Config& config, int dtype, int metric);
 long long topk_smem_bytes(const Config& config, int dtype, int metric, int k);
@@ -60,9 +62,12 @@ int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const st
             long long d);
 
 // ------------------------------------------------------------------------------------------------ merge
-int merge_warps(int k);
-long long merge_smem_bytes(int warps, int k);
-std::string merge_name_expression(int dtype, int metric, int warps);
+// The merge kernel variant for k (params.cuh: 0, 1 thread lists of 16, 32 entries; 2, 3 shared lists with 8, 4
+// warps), its threads per block, shared memory for k and template instance.
+int merge_kind(long long k);
+int merge_threads(int kind);
+long long merge_smem_bytes(int kind, int k);
+std::string merge_name_expression(int dtype, int metric, int kind);
 // MergeParams bytes. list_len <= 0 means the search's candidate lists ([list][nq][k]: list_len = k,
 // list_stride = nq * k, query_stride = k); otherwise lists of list_len entries at the given strides (a dense
 // score matrix), with implicit indices when implicit_index (cand_idx may then be 0).

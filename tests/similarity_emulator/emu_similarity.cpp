@@ -143,15 +143,27 @@ int main(int argc, char** argv) {
   std::vector<float> cand_key;
   std::vector<int> cand_idx;
   int max_splits_seen = 0;
-  const long long smem = Tr::kStaticSmemBytes + 2LL * Tr::kBlockQ * k * 8;
+  const long long smem = Tr::kStaticSmemBytes + topk_list_bytes(Tr::kMerge, Tr::kThreads, Tr::kBlockQ, k);
   if (smem > 227 * 1024) {  // the launcher's smem gate rejects this config for this k
     std::printf("RESULT skip smem=%lld > 227 KiB\n", smem);
     return 0;
   }
-  const int mwarps = merge_warps(k);
+  if (Tr::kThreadLists && k > thread_list_capacity(Tr::kMerge)) {  // the launcher rejects it (topk_check_k)
+    std::printf("RESULT skip k=%d > thread list capacity %d\n", k, thread_list_capacity(Tr::kMerge));
+    return 0;
+  }
+  const int mkind = merge_kind(k);
+  auto run_merge = [&](const MergeParams& mp) {
+    const int threads = 32 * merge_kind_warps(mkind), smem_bytes = static_cast<int>(merge_smem_bytes(mkind, k));
+    const uint3_ grid{static_cast<unsigned>(nq), 1, 1};
+    if (mkind == kMergeLists16) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge_lists<DT, METRIC, 16>(mp); });
+    if (mkind == kMergeLists32) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge_lists<DT, METRIC, 32>(mp); });
+    if (mkind == kMergeShared8) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge<DT, METRIC, 8>(mp); });
+    if (mkind == kMergeShared4) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge<DT, METRIC, 4>(mp); });
+  };
   if (chunks == 0) {  // unfused: the GEMM kernel writes the padded score matrix, the merge kernel reads it densely
     using G = GramTraits<DT, 64, 64, (DT == kF32 ? 32 : 64), 2, 2, 2, 16, 0, 0, kEpiDot>;
-    const int L = mwarps, len = (n + L - 1) / L;
+    const int L = 8, len = (n + L - 1) / L;
     const long long pitch = static_cast<long long>(L) * len;
     std::vector<float> mat(static_cast<size_t>(nq) * pitch, NAN);  // NaN padding never enters
     GramParams gp{};
@@ -184,12 +196,7 @@ int main(int argc, char** argv) {
     mp.list_stride = len;
     mp.query_stride = pitch;
     mp.implicit_index = 1;
-    auto run_merge = [&](auto kernel) {
-      emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, mwarps * 32, static_cast<int>(merge_smem_bytes(mwarps, k)),
-                  [&] { kernel(mp); });
-    };
-    if (mwarps == 8) run_merge(similarity_merge<DT, METRIC, 8>);
-    else run_merge(similarity_merge<DT, METRIC, 4>);
+    run_merge(mp);
   }
   for (int ch = 0; ch < chunks; ++ch) {
     const int r0 = ch * chunk_rows;
@@ -253,12 +260,7 @@ int main(int argc, char** argv) {
       mp.out_score = out_score.data();
       mp.out_index = out_index.data();
     }
-    auto run_merge = [&](auto kernel) {
-      emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, mwarps * 32, static_cast<int>(merge_smem_bytes(mwarps, k)),
-                  [&] { kernel(mp); });
-    };
-    if (mwarps == 8) run_merge(similarity_merge<DT, METRIC, 8>);
-    else run_merge(similarity_merge<DT, METRIC, 4>);
+    run_merge(mp);
     if (last) break;
   }
 

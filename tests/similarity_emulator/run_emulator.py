@@ -37,9 +37,15 @@ TOPK_CONFIGS = [
     (0, 0, 128, 24, 64, 4, 1, 3, 16, 2, 128, 1, 1),   # fp16 ip, one warpgroup, two m64 blocks
     (1, 1, 256, 16, 64, 8, 1, 4, 16, 0, 64, 1, 1),    # bf16 cosine (norms by ldmatrix), two warpgroups, 4 passes
     (0, 2, 64, 40, 64, 4, 1, 3, 8, 1, 128, 1, 1),     # fp16 l2, one m64 block, 8-byte copies
+    # thread lists (MERGE 3: k <= 16, 4: k <= 32): parts per column 1, 2 and 4, one and several epilogue passes
+    (0, 0, 128, 112, 64, 8, 1, 4, 16, 3, 128, 1, 1),  # fp16 ip, the nq = 100 default: 2 parts of 64 rows
+    (1, 1, 256, 24, 64, 8, 1, 3, 16, 4, 64, 1, 1),    # bf16 cosine, wgmma, 4 parts of 16 rows, 4 passes
+    (2, 2, 64, 16, 32, 2, 2, 3, 16, 3, 128, 1),       # fp32 l2, mma.sync, 4 parts of 16 rows
+    (0, 1, 128, 64, 64, 2, 1, 2, 16, 4, 128, 1),      # fp16 cosine, one part per column (64 threads)
 ]
-#: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs and the first wgmma one
-QUICK_CONFIGS = [0, 1, 2, 3, 8]
+#: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one
+#: and the first two thread-list ones
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [

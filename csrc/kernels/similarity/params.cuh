@@ -87,15 +87,36 @@ struct GramParams {
 #else
 #define TUNELAB_SIM_HD
 #endif
-// Warps per query: 8 share the candidate lists; above k = 256 their list buffers (16 k bytes each) would pass
-// 32 KiB, so 4.
-TUNELAB_SIM_HD constexpr int merge_warps(int k) { return k <= 256 ? 8 : 4; }
+// Running top-k of the search kernel (MERGE): 0..2 keep one list per query in shared memory, merged by a warp per
+// tile (0 rank, 1 bitonic, 2 hybrid); 3 and 4 keep a sorted list in the registers of every thread (capacity 16
+// and 32: k must not exceed it), each thread owning one query column and a 1 / parts share of the tile's rows.
+TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3 ? 16 : merge == 4 ? 32 : 0; }
+// Threads per query column with thread lists: threads / BLOCK_Q rounded down to a power of two, at most 4.
+TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
+  return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;
+}
+// Dynamic shared memory of the search kernel that depends on k: two list buffers per query (MERGE 0..2), or the
+// lists of parts 1.. handed to part 0 at the end of a split (MERGE 3, 4).
+TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int block_q, int k) {
+  return (merge >= 3 ? thread_list_parts(threads, block_q) - 1 : 2) * static_cast<long long>(block_q) * k * 8;
+}
+
+// The merge kernel's variants ("kinds"), chosen by k: thread lists of 16 or 32 entries
+// (similarity_merge_lists<_, _, 16 or 32>, kMergeListWarps warps), else shared lists merged by warps
+// (similarity_merge<_, _, 8 or 4>: above k = 256 eight warps' list buffers, 16 k bytes each, would pass 32 KiB).
+enum : int { kMergeLists16 = 0, kMergeLists32 = 1, kMergeShared8 = 2, kMergeShared4 = 3 };
+constexpr int kMergeListWarps = 8;
+TUNELAB_SIM_HD constexpr int merge_kind(int k) { return k <= 16 ? 0 : k <= 32 ? 1 : k <= 256 ? 2 : 3; }
+TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) { return kind == kMergeShared4 ? 4 : 8; }
 // Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
 constexpr int kMergeR = 4;
-// Shared memory of similarity_merge<_, _, WARPS> for k: per warp two list buffers (2 * k * 8 bytes),
-// {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; 16 bytes for |q|^2.
-TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int warps, int k) {
-  return static_cast<long long>(warps) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
+// Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
+// {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
+// (capacity * 8 bytes); both: 16 bytes for |q|^2.
+TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
+  return kind <= kMergeLists32
+             ? kMergeListWarps * (kind == kMergeLists16 ? 16 : 32) * 8LL + 16
+             : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
 }
 
 }  // namespace sim

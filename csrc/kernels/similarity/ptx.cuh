@@ -19,6 +19,8 @@ template <class T>
 __device__ __forceinline__ void sts(T* p, T v) {
   *p = v;
 }
+// 16-byte shared load of four consecutive floats (p 16-byte aligned).
+__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
 // fp32 -> tf32 (round to nearest, ties away: the rounding CUTLASS's 3xTF32 uses). The result is an fp32 bit
 // pattern whose low 13 mantissa bits are zero, which is what the tf32 MMA reads.

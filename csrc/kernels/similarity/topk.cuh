@@ -28,17 +28,24 @@
 //   MERGE 1 (bitonic): sort the scratch list with a warp bitonic network, then both ranks by binary search.
 //                      O(m log^2 m / 32): faster when many candidates pass (large k).
 //   MERGE 2 (hybrid):  rank when m <= 32, else bitonic.
+//
+// Thread lists (MERGE 3: k <= 16, MERGE 4: k <= 32): the warp-collective merge above costs thousands of cycles per
+// (query, tile) that has a passing key, and one warp serves BLOCK_Q / warps queries in turn. Instead every thread
+// owns one query column and 1 / PARTS of the score tile's rows (PARTS = thread_list_parts(): threads / BLOCK_Q,
+// a power of two up to 4) and keeps its own sorted top-k in registers (ThreadTopk, thread_topk.cuh): it scans
+// its rows with float4 reads and inserts the few keys that pass, with no warp synchronization. A key is offered
+// only when it is at least the column's bar: the largest k-th key among the column's parts (each part's list
+// holds k real candidates of that column, so nothing below that bar is in the column's top k). At the end of a
+// split parts 1.. hand their lists to part 0 through shared memory, which inserts them and writes the split's
+// candidate list.
 #pragma once
 
 #include "common/wgmma.cuh"
 #include "similarity/mma_tile.cuh"
+#include "similarity/thread_topk.cuh"
 
 namespace tunelab {
 namespace sim {
-
-__device__ __forceinline__ bool better(float ak, int ai, float bk, int bi) {
-  return ak > bk || (ak == bk && ai < bi);
-}
 
 // The k-th largest (1 <= k <= 32) of one value per lane: bitonic sort across lanes, descending.
 // Values must not be NaN (fmaxf/fminf would drop them).
@@ -281,6 +288,11 @@ struct TopkTraits {
   static constexpr int kScorePitch = kEpiRows + 4;        // floats; = 4 mod 32: conflict-free fragment stores
   static constexpr bool kNorms = kMetric != kIP;
   using Layout = SmemRowLayout<kRowBytes, 1>;
+  // thread lists (MERGE 3, 4): capacity, threads per query column and the rows of a pass each one scans
+  static constexpr bool kThreadLists = kMerge >= 3;
+  static constexpr int kListCap = kThreadLists ? thread_list_capacity(kMerge) : 1;
+  static constexpr int kParts = thread_list_parts(kThreads, kBlockQ);
+  static constexpr int kPartRows = kEpiRows / kParts;
 
   static constexpr int kATileBytes = kBlockN * kRowBytes;
   static constexpr int kBTileBytes = kBlockQ * kRowBytes;
@@ -288,15 +300,17 @@ struct TopkTraits {
   static constexpr int kScoreOffset = kStages * kStageBytes;
   static constexpr int kScoreBytes = kBlockQ * kScorePitch * 4;
   static constexpr int kScratchOffset = kScoreOffset + kScoreBytes;
-  static constexpr int kScratchBytes = kWarps * kEpiRows * 8;  // per warp: keys then indices
+  static constexpr int kScratchBytes = kThreadLists ? 0 : kWarps * kEpiRows * 8;  // per warp: keys then indices
   static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
   static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of the tile's corpus rows
   static constexpr int kMetaOffset = kNormOffset + kNormBytes;
-  // {len, sel, thr_key, thr_idx} per query, then the pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer
-  // each: lane g == 0 of a quad column group in warp row warp_n)
-  static constexpr int kMetaBytes = kBlockQ * 16 + kWarpsN * kBlockQ * 4;
+  // {len, sel, thr_key, thr_idx} per query (thread lists: each part's k-th key, [PARTS][BLOCK_Q] floats), then the
+  // pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer each: lane g == 0 of a quad column group in warp
+  // row warp_n)
+  static constexpr int kMetaBytes = (kThreadLists ? kParts * kBlockQ * 4 : kBlockQ * 16) + kWarpsN * kBlockQ * 4;
   static constexpr int kListOffset = kMetaOffset + kMetaBytes;
-  // Dynamic shared memory = kStaticSmemBytes + 2 * kBlockQ * k * 8 (two list buffers of keys and indices).
+  // Dynamic shared memory = kStaticSmemBytes + topk_list_bytes(): two list buffers of keys and indices per query,
+  // or (thread lists) the lists parts 1.. hand to part 0 at the end of a split.
   static constexpr int kStaticSmemBytes = kListOffset;
 
   static_assert(kDtype == kF16 || kDtype == kBF16 || kDtype == kF32, "search dtypes: fp16, bf16, fp32");
@@ -309,9 +323,11 @@ struct TopkTraits {
   static_assert(kThreads >= 64 && kThreads <= 512, "2 to 16 warps");
   static_assert(kStages >= 2 && kStages <= 6, "STAGES 2..6");
   static_assert(kVec == 4 || kVec == 8 || kVec == 16, "VEC 4, 8 or 16 bytes");
-  static_assert(kMerge >= 0 && kMerge <= 2, "MERGE 0 (rank), 1 (bitonic), 2 (hybrid)");
+  static_assert(kMerge >= 0 && kMerge <= 4, "MERGE 0 (rank), 1 (bitonic), 2 (hybrid), 3 / 4 (thread lists)");
   static_assert(EPI_ROWS_ == 64 || EPI_ROWS_ == 128, "EPI_ROWS 64 or 128");
   static_assert(kMinBlocks == 1 || kMinBlocks == 2, "MIN_BLOCKS 1 or 2");
+  static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
+  static_assert(!kThreadLists || kThreads >= kBlockQ, "thread lists: a thread per query column at least");
   static_assert(kStageBytes % 128 == 0 && kScoreBytes % 16 == 0, "region alignment");
   static_assert(kMma == 0 || kMma == 1, "MMA 0 (mma.sync) or 1 (wgmma)");
   static_assert(!kWgmma || kDtype == kF16 || kDtype == kBF16, "wgmma path: fp16 and bf16 only");
@@ -340,6 +356,11 @@ struct TopkBlock {
   int* hits;  // [WARPS_N][BQ]: this tile has a key that beats column c's threshold, seen by warp row warp_n
   float* lkey;
   int* lidx;
+  // thread lists: this thread's column and part (part >= PARTS: no list), the parts' k-th keys, its own list
+  static constexpr int PARTS = Tr::kParts, PR = Tr::kPartRows;
+  int tl_col, tl_part;
+  float* part_bar;  // [PARTS][BQ]
+  ThreadTopk<Tr::kListCap> tl;
 
   __device__ __forceinline__ TopkBlock(const SearchParams& params, unsigned char* s) : p(params), smem(s) {
     tid = static_cast<int>(threadIdx.x);
@@ -356,9 +377,26 @@ struct TopkBlock {
     skey = reinterpret_cast<float*>(smem + Tr::kScratchOffset) + warp * 2 * EPI;
     sidx = reinterpret_cast<int*>(skey + EPI);
     meta = reinterpret_cast<int*>(smem + Tr::kMetaOffset);
-    hits = meta + 4 * BQ;
+    part_bar = reinterpret_cast<float*>(meta);
+    hits = meta + (Tr::kThreadLists ? PARTS * BQ : 4 * BQ);
     lkey = reinterpret_cast<float*>(smem + Tr::kListOffset);
-    lidx = reinterpret_cast<int*>(lkey + 2 * BQ * p.k);
+    lidx = reinterpret_cast<int*>(lkey + (Tr::kThreadLists ? PARTS - 1 : 2) * BQ * p.k);
+    tl_col = tid % BQ;
+    tl_part = tid / BQ;
+  }
+
+  // The bar of column col that the pre-check tests keys against: its list's k-th entry, or with thread lists the
+  // largest of its parts' k-th keys as (key, INT_MAX), which a key passes when it is >= that key.
+  __device__ __forceinline__ void column_bar(int col, float& tk, int& ti) const {
+    if constexpr (Tr::kThreadLists) {
+      tk = lds(part_bar + col);
+#pragma unroll
+      for (int q = 1; q < PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
+      ti = 0x7fffffff;
+    } else {
+      tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
+      ti = lds(meta + 4 * col + 3);
+    }
   }
 
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
@@ -385,6 +423,78 @@ struct TopkBlock {
     const char* q = static_cast<const char*>(p.queries) + (q0 * p.q_stride + static_cast<long long>(kc) * BK) * ebytes;
     load_tile<BQ, Tr::kRowBytes, Tr::kVec, Tr::kThreads, L>(base + Tr::kATileBytes, q, p.q_stride * ebytes, p.nq - q0,
                                                            bytes_valid, tid);
+  }
+
+  // The accumulators of the tile rows of epilogue pass `pass` -> the score tile ([query column][row], rows past n
+  // as NaN, which never enters a list).
+  __device__ __forceinline__ void store_scores(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
+                                               int pass) {
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = tile * BN;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row_of(mt, h, g);
+        if (row / EPI != pass) continue;
+        const bool valid = row0 + row < p.n;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+            sts(scores + col * SP + (row - pass * EPI), valid ? mma.acc[mt][nt][2 * h + e] : f32_nan());
+          }
+        }
+      }
+    }
+  }
+
+  // Thread-list epilogue (after a pre-check that found a passing key somewhere in the block): pass by pass, the
+  // score tile is filled, and each thread scans its column's share of the rows against the bar and its own list.
+  // The column's flags and bar are read once, before the first pass's barrier; its parts publish their new k-th
+  // keys and part 0 clears the flags after it (the next pre-check follows the next main loop's barriers).
+  __device__ __forceinline__ void thread_list_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                                       int tile) {
+    const int c = tl_col;
+    const bool mine = tl_part < PARTS && q0 + c < p.nq;
+    bool hit = false;
+    float bar = -f32_inf();
+    if (mine) {
+#pragma unroll
+      for (int wn = 0; wn < Tr::kWarpsN; ++wn) hit = hit || lds(hits + wn * BQ + c) != 0;
+      int unused;
+      column_bar(c, bar, unused);
+    }
+    const int row0 = tile * BN;
+#pragma unroll
+    for (int pass = 0; pass < Tr::kEpiPasses; ++pass) {
+      if (pass > 0) __syncthreads();  // the previous pass's scans are done with the score tile
+      store_scores(mma, tile, pass);
+      __syncthreads();
+      if (pass == 0 && mine && tl_part == 0) {
+#pragma unroll
+        for (int wn = 0; wn < Tr::kWarpsN; ++wn) sts(hits + wn * BQ + c, 0);
+      }
+      if (!hit) continue;
+      const int r0 = pass * EPI + tl_part * PR;  // first tile row this thread scans in this pass
+      const float* col = scores + c * SP + tl_part * PR;
+      const int id0 = static_cast<int>(p.index_base + row0 + r0);
+#pragma unroll 4
+      for (int j = 0; j < PR; j += 4) {
+        const float4 s4 = lds4(col + j);
+        const float dots[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float key = dots[e];  // NaN (rows past n) stays NaN and fails every test
+          if constexpr (Tr::kMetric == kCosine) key = dots[e] * rsqrtf(fmaxf(lds(norms + r0 + j + e), 1e-24f));
+          if constexpr (Tr::kMetric == kL2) key = fmaf(2.f, dots[e], -lds(norms + r0 + j + e));
+          const int id = id0 + j + e;
+          if (key >= bar && tl.admits(key, id)) tl.insert(key, id);
+        }
+      }
+    }
+    if (hit) sts(part_bar + tl_part * BQ + c, tl.bar_key());
   }
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
@@ -416,8 +526,9 @@ struct TopkBlock {
       for (int e = 0; e < 2; ++e) {
         const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
         const bool live = q0 + col < p.nq;  // padding columns have no list (their meta exists: BQ entries)
-        const float tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
-        const int ti = lds(meta + 4 * col + 3);
+        float tk;
+        int ti;
+        column_bar(col, tk, ti);
         bool hit = false;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -439,25 +550,13 @@ struct TopkBlock {
       }
     }
     if (!__syncthreads_or(any)) return;
+    if constexpr (Tr::kThreadLists) {
+      thread_list_epilogue(mma, tile);
+      return;
+    }
 #pragma unroll
     for (int pass = 0; pass < Tr::kEpiPasses; ++pass) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row_of(mt, h, g);
-          if (row / EPI != pass) continue;
-          const bool valid = row0 + row < p.n;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
-              sts(scores + col * SP + (row - pass * EPI), valid ? mma.acc[mt][nt][2 * h + e] : f32_nan());
-            }
-          }
-        }
-      }
+      store_scores(mma, tile, pass);
       __syncthreads();
       // the rows are the same for every column: load their norms once per pass
       float scale[R], shift[R];
@@ -526,6 +625,46 @@ struct TopkBlock {
     return smem_u32(smem) + static_cast<unsigned>((it % Tr::kStages) * Tr::kStageBytes);
   }
 
+  // End of a split with thread lists: parts 1.. put their lists in shared memory, part 0 inserts them into its
+  // own (each list is sorted: the first entry that does not enter ends it) and writes the column's k candidates.
+  __device__ __forceinline__ void write_thread_lists(long long list) {
+    const int c = tl_col, k = p.k;
+    const bool mine = tl_part < PARTS && q0 + c < p.nq;
+    if (mine && tl_part > 0) {
+      float* dk = lkey + ((tl_part - 1) * BQ + c) * k;
+      int* di = lidx + ((tl_part - 1) * BQ + c) * k;
+      constexpr int KC = Tr::kListCap;
+#pragma unroll
+      for (int j = 0; j < KC; ++j) {
+        if (j >= KC - k) {
+          sts(dk + (j - (KC - k)), tl.key[j]);
+          sts(di + (j - (KC - k)), tl.idx[j]);
+        }
+      }
+    }
+    __syncthreads();
+    if (!mine || tl_part != 0) return;
+    for (int q = 1; q < PARTS; ++q) {
+      const float* sk = lkey + ((q - 1) * BQ + c) * k;
+      const int* si = lidx + ((q - 1) * BQ + c) * k;
+      for (int j = 0; j < k; ++j) {
+        const float ek = lds(sk + j);
+        const int ei = lds(si + j);
+        if (!tl.admits(ek, ei)) break;
+        tl.insert(ek, ei);
+      }
+    }
+    const long long out = (list * p.nq + q0 + c) * k - (Tr::kListCap - k);  // entry j goes to out + j
+#pragma unroll
+    for (int j = 0; j < Tr::kListCap; ++j) {
+      if (j >= Tr::kListCap - k) {
+        const bool have = tl.idx[j] != 0x7fffffff;
+        p.cand_key[out + j] = have ? tl.key[j] : -f32_inf();
+        p.cand_idx[out + j] = have ? tl.idx[j] : -1;
+      }
+    }
+  }
+
   __device__ __forceinline__ void run() {
     const int split = static_cast<int>(blockIdx.y);
     const int tile_begin = split * p.tiles_per_split;
@@ -534,11 +673,16 @@ struct TopkBlock {
     const int ntiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
     const int total = ntiles * KT;
 
-    for (int c = tid; c < BQ; c += Tr::kThreads) {
-      sts(meta + 4 * c, 0);
-      sts(meta + 4 * c + 1, 0);
-      sts(reinterpret_cast<float*>(meta + 4 * c + 2), -f32_inf());
-      sts(meta + 4 * c + 3, 0x7fffffff);
+    if constexpr (Tr::kThreadLists) {
+      tl.init(p.k);
+      for (int i = tid; i < PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
+    } else {
+      for (int c = tid; c < BQ; c += Tr::kThreads) {
+        sts(meta + 4 * c, 0);
+        sts(meta + 4 * c + 1, 0);
+        sts(reinterpret_cast<float*>(meta + 4 * c + 2), -f32_inf());
+        sts(meta + 4 * c + 3, 0x7fffffff);
+      }
     }
     for (int i = tid; i < Tr::kWarpsN * BQ; i += Tr::kThreads) sts(hits + i, 0);
 
@@ -631,6 +775,10 @@ struct TopkBlock {
 
     // Write the candidate list of each owned query column: best first, missing entries (-inf, -1).
     const long long list = static_cast<long long>(p.list_offset) + split;
+    if constexpr (Tr::kThreadLists) {
+      write_thread_lists(list);
+      return;
+    }
     for (int c = warp; c < BQ; c += Tr::kWarps) {
       if (q0 + c >= p.nq) break;
       const QueryList ql = list_of(c);
@@ -661,6 +809,49 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) similarity_topk(
 }
 
 // ------------------------------------------------------------------------------------------ merge kernel
+
+// |q|^2 of query q for the cosine and l2 conversions, to *qnorm (nothing for ip). Collective over the warp that
+// passes mine = true.
+template <int DTYPE, int METRIC>
+__device__ __forceinline__ void stash_query_norm2(const MergeParams& p, int q, bool mine, int lane, float* qnorm) {
+  if (METRIC == kIP || !mine) return;
+  float s = 0.f;
+  if constexpr (DTYPE == kF32) {
+    const float* qr = static_cast<const float*>(p.queries) + static_cast<long long>(q) * p.q_stride;
+    for (int i = lane; i < p.d; i += 32) s = fmaf(qr[i], qr[i], s);
+  } else {
+    const unsigned short* qr = static_cast<const unsigned short*>(p.queries) + static_cast<long long>(q) * p.q_stride;
+    for (int i = lane; i < p.d; i += 32) {
+      float x, unused;
+      unpack2<DTYPE>(static_cast<unsigned>(qr[i]), x, unused);
+      s = fmaf(x, x, s);
+    }
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) s += shfl_xor_f(s, m);
+  if (lane == 0) sts(qnorm, s);
+}
+
+// Entry r of query q's merged result: the internal form to out_key/out_idx, the user-facing one (metric applied,
+// qn2 = |q|^2 for cosine and l2) to out_score/out_index; a missing entry (have false) as (-inf or +inf, -1).
+template <int METRIC>
+__device__ __forceinline__ void write_merged(const MergeParams& p, int q, int r, bool have, float key, int ix,
+                                             float qn2) {
+  key = have ? key : -f32_inf();
+  ix = have ? ix : -1;
+  const long long out = static_cast<long long>(q) * p.k + r;
+  if (p.out_key != nullptr) {
+    p.out_key[out] = key;
+    p.out_idx[out] = ix;
+  }
+  if (p.out_score != nullptr) {
+    float s = key;
+    if constexpr (METRIC == kCosine) s = key / fmaxf(sqrtf(qn2), 1e-12f);
+    if constexpr (METRIC == kL2) s = have ? fmaxf(qn2 - key, 0.f) : f32_inf();
+    p.out_score[out] = s;
+    p.out_index[out] = ix;
+  }
+}
 
 // Shared memory layout: merge_smem_bytes() in params.cuh (the launcher's and the emulator's formula too).
 template <int DTYPE, int METRIC, int WARPS>
@@ -736,26 +927,7 @@ __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_cons
   }
 
   // |q|^2 for the metric conversion (warp WARPS-1 when there are several, so it overlaps phase 2's start)
-  if constexpr (METRIC != kIP) {
-    if (warp == WARPS - 1) {
-      float s = 0.f;
-      if constexpr (DTYPE == kF32) {
-        const float* qr = static_cast<const float*>(p.queries) + static_cast<long long>(q) * p.q_stride;
-        for (int i = lane; i < p.d; i += 32) s = fmaf(qr[i], qr[i], s);
-      } else {
-        const unsigned short* qr =
-            static_cast<const unsigned short*>(p.queries) + static_cast<long long>(q) * p.q_stride;
-        for (int i = lane; i < p.d; i += 32) {
-          float x, unused;
-          unpack2<DTYPE>(static_cast<unsigned>(qr[i]), x, unused);
-          s = fmaf(x, x, s);
-        }
-      }
-#pragma unroll
-      for (int m = 16; m > 0; m >>= 1) s += shfl_xor_f(s, m);
-      if (lane == 0) sts(qnorm, s);
-    }
-  }
+  stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
 
   // Phase 2: warp 0 takes in the other warps' lists, as one concatenation offered 32 * R entries at a time
@@ -787,22 +959,80 @@ __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_cons
   const int* Li = sel ? mine.idx1 : mine.idx0;
   float qn2 = 0.f;
   if constexpr (METRIC != kIP) qn2 = lds(qnorm);
-  const long long out = static_cast<long long>(q) * k;
   for (int r = lane; r < k; r += 32) {
     const bool have = r < len;
-    const float key = have ? lds(Lk + r) : -f32_inf();
-    const int ix = have ? lds(Li + r) : -1;
-    if (p.out_key != nullptr) {
-      p.out_key[out + r] = key;
-      p.out_idx[out + r] = ix;
+    write_merged<METRIC>(p, q, r, have, have ? lds(Lk + r) : 0.f, have ? lds(Li + r) : 0, qn2);
+  }
+}
+
+// The merge for k <= KC (16 or 32) with thread lists: one block of kMergeListWarps warps per query. Every thread
+// offers the entries e = tid, tid + threads, ... of the rank-major candidate order (every list's best first, so
+// the bars rise fast) to its own ThreadTopk; then the lists are merged across lanes by shuffles (bitonic), and
+// the warps' lists by warp 0 through shared memory. Shared memory: merge_smem_bytes() in params.cuh.
+template <int DTYPE, int METRIC, int KC>
+__global__ void __launch_bounds__(kMergeListWarps * 32) similarity_merge_lists(const __grid_constant__ MergeParams p) {
+  constexpr int WARPS = kMergeListWarps, R = 4;
+  extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int q = static_cast<int>(blockIdx.x);
+  const int k = p.k;
+  float* wkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [WARPS][KC]
+  int* widx = reinterpret_cast<int*>(wkey + WARPS * KC);             // [WARPS][KC]
+  float* qnorm = reinterpret_cast<float*>(widx + WARPS * KC);
+
+  ThreadTopk<KC> tl;
+  tl.init(k);
+  const int total = p.num_lists * p.list_len;
+  for (int base = tid; base < total; base += R * WARPS * 32) {
+    float v[R];
+    int id[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {  // R independent loads in flight
+      const int e = base + r * WARPS * 32;
+      v[r] = f32_nan();
+      id[r] = -1;
+      if (e < total) {
+        const int rank = e / p.num_lists;
+        const int l = e - rank * p.num_lists;
+        const long long at = l * p.list_stride + q * p.query_stride + rank;
+        const int ix = p.implicit_index ? l * p.list_len + rank : p.cand_idx[at];
+        if (ix >= 0) {
+          v[r] = p.cand_key[at];
+          id[r] = ix;
+        }
+      }
     }
-    if (p.out_score != nullptr) {
-      float s = key;
-      if constexpr (METRIC == kCosine) s = key / fmaxf(sqrtf(qn2), 1e-12f);
-      if constexpr (METRIC == kL2) s = have ? fmaxf(qn2 - key, 0.f) : f32_inf();
-      p.out_score[out + r] = s;
-      p.out_index[out + r] = ix;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (tl.admits(v[r], id[r])) tl.insert(v[r], id[r]);
+  }
+  tl.to_plain();
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) tl.merge_lane(m);
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < KC; ++j) {
+      sts(wkey + warp * KC + j, tl.key[j]);
+      sts(widx + warp * KC + j, tl.idx[j]);
     }
+  }
+  stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < KC; ++j) {  // lane w < WARPS takes warp w's list, the others stay empty
+    tl.key[j] = lane < WARPS ? lds(wkey + lane * KC + j) : -f32_inf();
+    tl.idx[j] = lane < WARPS ? lds(widx + lane * KC + j) : 0x7fffffff;
+  }
+#pragma unroll
+  for (int m = WARPS / 2; m > 0; m >>= 1) tl.merge_lane(m);
+  float qn2 = 0.f;
+  if constexpr (METRIC != kIP) qn2 = lds(qnorm);
+  // lanes 0 .. WARPS-1 now hold the merged list; lane 0 writes it
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < KC; ++j)
+      if (j < k) write_merged<METRIC>(p, q, j, tl.idx[j] != 0x7fffffff, tl.key[j], tl.idx[j], qn2);
   }
 }
 

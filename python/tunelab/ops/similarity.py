@@ -28,8 +28,9 @@ Search semantics:
 * 1 <= k <= min(N, 1024) (on GPUs with ~100 KiB of shared memory per block, sm_86/89, k up to ~380: the
   running lists of 8 queries need 128 * k bytes).
 
-The nq x N score matrix is never written: each block keeps a running top-k per query in shared memory and writes
-only k candidates per query; a small second kernel merges the candidates. Config: without ``config`` the op
+The nq x N score matrix is never written: each block keeps a running top-k per query (for k <= 32 in its threads'
+registers, above in shared memory) and writes only k candidates per query; a small second kernel merges the
+candidates. Config: without ``config`` the op
 uses the tuned config stored for this device and problem bucket (``tunelab tune similarity ...``), else
 :func:`default_config`. Both ops are torch custom ops (``torch.ops.tunelab.similarity_search``,
 ``torch.ops.tunelab.gram``, ``torch.ops.tunelab.gram_out``) with fake implementations for ``torch.compile``.
@@ -65,6 +66,8 @@ LONG_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "comple
                "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "c64": "complex64"}
 METRICS = {"ip": 0, "cosine": 1, "l2": 2}
 MAX_K = 1024
+#: Merge kernel variants (:func:`_S.merge_kind`): thread lists of 16 and 32 entries, shared lists over 8 and 4 warps.
+MERGE_KINDS = (0, 1, 2, 3)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
 
@@ -121,6 +124,11 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       with 64-row epilogue passes, so that 4 stages fit. Measured on the H200 (benchmarks/similarity_probe.py
       --variants wgmma): 6-18% faster than the mma.sync tiling at nq = 100, 7-14% at nq = 1024.
 
+    * The running top-k (MERGE): for k <= 16 (32) every thread keeps a sorted list of 16 (32) entries in registers
+      over its query's share of each tile (MERGE 3, 4), unless the accumulators and the list together would pass
+      128 registers (fp32 with 256-row tiles: ptxas spills); otherwise one list per query in shared memory,
+      merged by a warp (MERGE 2).
+
     fp32 slices hold half as many elements. STAGES, then BLOCK_Q, shrink until the running top-k lists
     (2 * BLOCK_Q * k * 8 bytes) fit in the shared memory of ``arch`` (default: the current GPU's); every default
     compiles without spills for sm_80 and sm_90 (tests check it).
@@ -143,9 +151,22 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(128, bq, 64, 8, 1, 4, mma=1) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
     else:
         cfg = _cfg(128, 128, 64, 8, 1, 4, epi=64, mma=1) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
+    # the running top-k: thread lists in registers while k fits one (16 or 32 entries) and the accumulators leave
+    # room for its 2 x 16 (32) registers; shared lists otherwise
+    cap = 16 if k <= 16 else 32
+    cfg["MERGE"] = (3 if cap == 16 else 4) if k <= 32 and accumulators(cfg) + 2 * cap <= 128 else 2
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
     return fit_config(cfg, k, dt, limit)
+
+
+def accumulators(config: Mapping[str, Any]) -> int:
+    """fp32 accumulator registers per thread of a search config (wgmma: a warpgroup's m64 blocks x every query
+    column; mma.sync: the warp tile's m16 x n8 blocks x 4)."""
+    c = config
+    if c.get("MMA", 0) == 1:
+        return (c["BLOCK_N"] // (64 * max(1, c["WARPS_N"] // 4))) * (c["BLOCK_Q"] // 8) * 4
+    return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
 
 
 def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit: int = 227 * 1024,
@@ -252,14 +273,15 @@ def _sm_count(device: int) -> int:
 
 @dataclass
 class CompiledSearch:
-    """One search config compiled for one arch: the top-k kernel and both merge-kernel variants."""
+    """One search config compiled for one arch: the top-k kernel and every merge-kernel variant (one per
+    :data:`MERGE_KINDS` entry; :func:`_S.merge_kind` picks one for k)."""
 
     config: dict
     dtype: str
     metric: str
     arch: str
     search_expr: str
-    merge_exprs: dict  # merge warps -> name expression
+    merge_exprs: dict  # merge kind -> name expression
     result: Any
     threads: int
     _occupancy: dict = field(default_factory=dict, repr=False)
@@ -267,8 +289,8 @@ class CompiledSearch:
 
     def __post_init__(self):
         names = self.result.lowered_names
-        self._loaded = DeviceFunctions(self.result.cubin, [names[self.search_expr], names[self.merge_exprs[8]],
-                                                           names[self.merge_exprs[4]]])
+        self._loaded = DeviceFunctions(self.result.cubin, [names[self.search_expr]] +
+                                       [names[self.merge_exprs[kind]] for kind in MERGE_KINDS])
 
     @property
     def dtype_code(self) -> int:
@@ -285,9 +307,9 @@ class CompiledSearch:
         """ptxas's report for the search kernel (registers, spills, stack)."""
         return self.result.resources[self.search_expr]
 
-    def merge_resources(self, warps: int = 8):
-        """ptxas's report for the merge kernel with ``warps`` warps."""
-        return self.result.resources[self.merge_exprs[warps]]
+    def merge_resources(self, kind: int = 0):
+        """ptxas's report for the merge kernel of kind ``kind`` (:data:`MERGE_KINDS`)."""
+        return self.result.resources[self.merge_exprs[kind]]
 
     def smem_bytes(self, k: int) -> int:
         """Dynamic shared memory of the search kernel for ``k`` (the launcher's formula, once per k)."""
@@ -297,12 +319,12 @@ class CompiledSearch:
         return self._smem[k]
 
     def functions(self, device: int):
-        """(search, merge8, merge4) loaded on ``device`` (once per device)."""
+        """(search, merge kind 0, 1, 2, 3) loaded on ``device`` (once per device)."""
         return self._loaded.get(device)
 
-    def merge_function(self, device: int, warps: int):
-        """The merge kernel with ``warps`` warps (8 or 4, :func:`_S.merge_warps`) loaded on ``device``."""
-        return self.functions(device)[1 if warps == 8 else 2]
+    def merge_function(self, device: int, kind: int):
+        """The merge kernel of kind ``kind`` (:func:`_S.merge_kind` of k) loaded on ``device``."""
+        return self.functions(device)[1 + MERGE_KINDS.index(kind)]
 
     def blocks_per_sm(self, device: int, k: int) -> int:
         """Resident search blocks per SM for ``k`` (the driver's occupancy answer)."""
@@ -334,11 +356,11 @@ class CompiledSearch:
 
     def merge_args(self, cand_key, cand_idx, queries, k: int, num_lists: int, out_key=None, out_idx=None,
                    out_score=None, out_index=None, dense: tuple[int, int, int] | None = None):
-        """(grid, block, smem, ArgPack, warps) of the merge kernel. ``dense`` = (list_len, list_stride,
+        """(grid, block, smem, ArgPack, kind) of the merge kernel. ``dense`` = (list_len, list_stride,
         query_stride): the lists are rows of a dense score matrix with implicit indices (``cand_idx`` None)
         instead of the search's candidate lists."""
         nq, d = queries.shape
-        warps = int(_S.merge_warps(int(k)))
+        kind = int(_S.merge_kind(int(k)))
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
         blob = _S.merge_pack(cand_key.data_ptr(), ptr(cand_idx), queries.data_ptr(), queries.stride(0), ptr(out_key),
@@ -346,7 +368,7 @@ class CompiledSearch:
                              list_stride, query_stride, dense is not None)
         pack = _core.ArgPack()
         pack.raw(blob, 8)
-        return (nq, 1, 1), (32 * warps, 1, 1), int(_S.merge_smem_bytes(warps, int(k))), pack, warps
+        return (nq, 1, 1), (int(_S.merge_threads(kind)), 1, 1), int(_S.merge_smem_bytes(kind, int(k))), pack, kind
 
     def launch_search(self, device: int, stream: int, *args, **kwargs) -> None:
         """Launch the search kernel on ``device`` and ``stream`` (raising its dynamic shared-memory limit if
@@ -355,10 +377,10 @@ class CompiledSearch:
         self.functions(device)[0].launch(grid, block, smem, stream, pack)
 
     def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
-        """Launch the merge kernel with the warp count :meth:`merge_args` picks for k on ``device`` and ``stream``;
-        the other arguments are :meth:`merge_args`'s."""
-        grid, block, smem, pack, warps = self.merge_args(*args, **kwargs)
-        self.merge_function(device, warps).launch(grid, block, smem, stream, pack)
+        """Launch the merge kernel of the kind :meth:`merge_args` picks for k on ``device`` and ``stream``; the
+        other arguments are :meth:`merge_args`'s."""
+        grid, block, smem, pack, kind = self.merge_args(*args, **kwargs)
+        self.merge_function(device, kind).launch(grid, block, smem, stream, pack)
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict):
         """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer."""
@@ -366,9 +388,9 @@ class CompiledSearch:
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack)
-        grid, block, smem, pack, warps = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
-                                                         out_score=scores, out_index=indices)
-        p2 = self.merge_function(device, warps).prepare(grid, block, smem, pack)
+        grid, block, smem, pack, kind = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
+                                                        out_score=scores, out_index=indices)
+        p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack)
         return p1, p2
 
 
@@ -401,12 +423,12 @@ def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric:
     code, mcode = DTYPE_CODES[dt], METRICS[metric]
     _S.topk_validate(cfg, code, mcode)
     expr = _S.topk_name_expression(cfg, code, mcode)
-    merges = {w: _S.merge_name_expression(code, mcode, w) for w in (8, 4)}
+    merges = {kind: _S.merge_name_expression(code, mcode, kind) for kind in MERGE_KINDS}
     static = int(_S.topk_static_smem_bytes(cfg, code, mcode))  # the kernel static_asserts its layout against it
     from tunelab.errors import CompileError
 
     try:
-        result = _core.compile(_SEARCH_SOURCE, [expr, merges[8], merges[4]], compile_arch(cfg, arch), [],
+        result = _core.compile(_SEARCH_SOURCE, [expr, *merges.values()], compile_arch(cfg, arch), [],
                                {"TUNELAB_EXPECTED_SMEM": str(static)}, {}, [str(kernels_dir())], 0, use_cache)
     except CompileError as exc:
         exc.config = dict(cfg)
@@ -882,7 +904,7 @@ def search_unfused(queries, corpus, k: int, *, gemm_config: Mapping[str, Any] | 
     dev = _device_index(queries)
     gemm = compile_gram(cfg, dtype=dt, symmetric=False, mirror=False, epilogue=1, arch=_arch(dev))
     merge = compile_search(default_config(nq, k, dt, d, arch=_arch(dev)), dtype=dt, metric="ip", arch=_arch(dev))
-    lists = int(_S.merge_warps(int(k)))
+    lists = 8  # row segments of the dense matrix (any count works: one per warp of the 8-warp shared-list merge)
     list_len = -(-n // lists)
     ws = workspace if workspace is not None else {}
     key = (nq, n, k, dt)

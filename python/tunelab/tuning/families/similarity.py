@@ -15,8 +15,10 @@ name         choices              what it does
 ``WARPS_Q``  1, 2, 4              warps along the queries
 ``STAGES``   2 .. 5               cp.async ring depth (slices in flight = STAGES - 1)
 ``VEC``      4, 8, 16             bytes per cp.async (the static gate keeps those that rows of d allow)
-``MERGE``    0, 1, 2              running top-k merge: 0 rank counting, 1 warp bitonic sort, 2 hybrid (rank for <= 32
-                                  new candidates, bitonic above)
+``MERGE``    0 .. 4               running top-k: 0..2 one list per query in shared memory merged by a warp per tile
+                                  (0 rank counting, 1 warp bitonic sort, 2 hybrid: rank for <= 32 new candidates,
+                                  bitonic above); 3, 4 a sorted list in every thread's registers (16 or 32 entries:
+                                  k <= 16 or k <= 32), each thread scanning its query's share of the tile's rows
 ``EPI_ROWS``  64, 128             corpus rows per top-k epilogue pass: 64 halves the score tile, so that two blocks
                                   can share an SM (one's epilogue overlapping the other's MMA main loop)
 ``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
@@ -27,9 +29,11 @@ name         choices              what it does
 ===========  ===================  ====================================================================================
 
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
-2..16 warps, ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
+2..16 warps, thread lists (``MERGE`` 3, 4) only for k within their capacity and with a thread per query column
+(``THREADS >= BLOCK_Q``), ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
 :data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill). Static gates: shared memory for the problem's k
-(``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline) against the arch's opt-in limit, and the
+(``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline; thread lists need
+``(parts - 1) * BLOCK_Q * k * 8``) against the arch's opt-in limit, and the
 copy width against d, and ``MMA=1`` only on sm_90. Compiled gates (generic): registers, spills, occupancy.
 
 Numerics gate: the search runs on random normal inputs (outputs poisoned first) and is compared with a float64
@@ -54,6 +58,9 @@ MAX_ACCUMULATORS = 112
 #: Largest opt-in shared memory per block of any supported arch (sm_90: 227 KiB).
 MAX_SMEM_ANY_ARCH = 232448
 
+#: Entries of a thread list (MERGE 3 and 4; params.cuh's thread_list_capacity): k must not exceed it.
+_LIST_CAPACITY = {3: 16, 4: 32}
+
 _DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
            "fp32": "float32", "float32": "float32", "float": "float32"}
 _SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
@@ -65,7 +72,7 @@ _DESCRIPTIONS = {
     "WARPS_Q": "warps along the queries",
     "STAGES": "cp.async pipeline depth",
     "VEC": "bytes per cp.async",
-    "MERGE": "running top-k merge: 0 rank, 1 bitonic, 2 hybrid",
+    "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32)",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles (sm_90)",
@@ -131,10 +138,8 @@ def as_problem(problem: Any) -> SearchProblem:
 
 # ------------------------------------------------------------------------------------------------ the space
 def accumulators(c: Mapping[str, Any]) -> int:
-    """fp32 accumulator registers per thread of a config (wgmma: a warpgroup's m64 blocks x every query column)."""
-    if c.get("MMA", 0) == 1:
-        return (c["BLOCK_N"] // (64 * max(1, c["WARPS_N"] // 4))) * (c["BLOCK_Q"] // 8) * 4
-    return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
+    """fp32 accumulator registers per thread of a config (:func:`tunelab.ops.similarity.accumulators`)."""
+    return _ops().accumulators(c)
 
 
 def launcher_accepts_wgmma(dtype: str, metric: str) -> Callable[[Mapping[str, Any]], bool]:
@@ -167,6 +172,7 @@ def block_q_choices(nq: int) -> list[int]:
 def build_space(problem: Any) -> SearchSpace:
     """The search space for one problem (BLOCK_Q's choices and BLOCK_K's range depend on nq and dtype)."""
     p = as_problem(problem)
+    k = p.k
     bk = [16, 32, 64] if p.dtype == "fp32" else [32, 64, 128]
     params = [
         Param("BLOCK_N", [64, 128, 256], description=_DESCRIPTIONS["BLOCK_N"]),
@@ -176,13 +182,14 @@ def build_space(problem: Any) -> SearchSpace:
         Param("WARPS_Q", [1, 2, 4], description=_DESCRIPTIONS["WARPS_Q"]),
         Param("STAGES", [2, 3, 4, 5], description=_DESCRIPTIONS["STAGES"]),
         Param("VEC", [4, 8, 16], description=_DESCRIPTIONS["VEC"]),
-        Param("MERGE", [0, 1, 2], ordered=False, description=_DESCRIPTIONS["MERGE"]),
+        Param("MERGE", [m for m in (0, 1, 2, 3, 4) if m < 3 or k <= _LIST_CAPACITY[m]], ordered=False,
+              description=_DESCRIPTIONS["MERGE"]),
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
         Param("MMA", [0, 1], ordered=False, description=_DESCRIPTIONS["MMA"]),
     ]
     eb = p.element_bytes
-    k, metric = p.k, p.metric
+    metric = p.metric
     derived = [
         Derived("THREADS", lambda c: 32 * c["WARPS_N"] * c["WARPS_Q"], "threads per block"),
         Derived("ACCUMULATORS", accumulators, "fp32 accumulators per thread"),
@@ -201,6 +208,9 @@ def build_space(problem: Any) -> SearchSpace:
                    "MIN_BLOCKS x threads exceeds 2048 threads per SM", code="static.threads"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= MAX_ACCUMULATORS,
                    f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread (certain spills)"),
+        Constraint("thread_lists_threads", lambda c: c["MERGE"] < 3 or c["THREADS"] >= c["BLOCK_Q"],
+                   "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
+                   code="static.threads"),
         Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
                    "MMA=1 needs 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 and STAGES >= 3",
                    code="static.divisibility"),
@@ -217,9 +227,22 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     epi = min(c["BLOCK_N"], c.get("EPI_ROWS", 128))
     warps = c["WARPS_N"] * c["WARPS_Q"]
     norms = c["BLOCK_N"] * 4 if metric != "ip" else 0
-    static = c["STAGES"] * (c["BLOCK_N"] + c["BLOCK_Q"]) * row + c["BLOCK_Q"] * (epi + 4) * 4 + warps * epi * 8 + \
-        norms + c["BLOCK_Q"] * 16 + c["WARPS_N"] * c["BLOCK_Q"] * 4  # per-query meta, pre-check hit flags
-    return static + 2 * c["BLOCK_Q"] * k * 8
+    bq = c["BLOCK_Q"]
+    if c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
+        parts = thread_list_parts(32 * warps, bq)
+        scratch, bars, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
+    else:  # per-warp scratch; {len, sel, thr_key, thr_idx} per query; two list buffers per query
+        scratch, bars, lists = warps * epi * 8, bq * 16, 2 * bq * k * 8
+    static = c["STAGES"] * (c["BLOCK_N"] + bq) * row + bq * (epi + 4) * 4 + scratch + norms + bars + \
+        c["WARPS_N"] * bq * 4  # + the pre-check's hit flags
+    return static + lists
+
+
+def thread_list_parts(threads: int, block_q: int) -> int:
+    """Threads per query column with thread lists (params.cuh's thread_list_parts): threads / BLOCK_Q rounded
+    down to a power of two, at most 4."""
+    r = threads // block_q
+    return 4 if r >= 4 else 2 if r >= 2 else 1
 
 
 # ------------------------------------------------------------------------------------------------ numerics

@@ -22,6 +22,15 @@ inline void sts(T* p, T v) {
   *p = v;
 }
 
+inline float4 lds4(const float* p) {
+  const unsigned off = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  if (off % 16) emu::fail("lds4: shared address %u is not 16-byte aligned", off);
+  emu::note_smem_read(off, 16);
+  float4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+
 // cvt.rna.tf32.f32: round the magnitude to 10 mantissa bits, ties away from zero.
 inline unsigned to_tf32(float x) {
   unsigned u = __float_as_uint(x);
