@@ -10,7 +10,8 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
             epilogue is the most expensive one possible (every key ties, so every key enters the merge), so the
             figure means "main loop" only when a split has many tiles (N=1M and up); at N=50K (2 tiles per split)
             it exceeds the search time and says nothing;
-  merge     the merge kernel alone (one block per query over splits x k candidates);
+  merge     the merge kernel alone (one block per query over splits x k candidates), the variant picked for k
+            (k = 10: thread lists, kind 0); merge_shared: the shared-list merge (kind 2) on the same lists;
   torch     torch.topk(Q @ C.T) on the same inputs, once per shape.
 
 The difference search - mainloop is what the per-tile top-k epilogue costs. Results go to
@@ -140,14 +141,18 @@ def main() -> int:
             t_search = summarize(time_callable(p_search, samples=samples))
             t_zero = summarize(time_callable(p_zero, samples=samples))
             t_merge = summarize(time_callable(p_merge, samples=samples))
+            _, p_merge_shared = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=2)
+            t_merge_shared = summarize(time_callable(p_merge_shared, samples=samples))
             res = comp.resources
             rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                          "tiles_per_split": plan["tiles_per_split"], "registers": res.registers,
                          "blocks_per_sm": comp.blocks_per_sm(dev, K), "search_us": t_search,
-                         "mainloop_us": t_zero, "merge_us": t_merge, "torch_us": torch_us})
+                         "mainloop_us": t_zero, "merge_us": t_merge, "merge_shared_us": t_merge_shared,
+                         "torch_us": torch_us})
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "
                   f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} "
-                  f"merge {t_merge['median']:>7.1f} torch {torch_us['median']:>9.1f}", flush=True)
+                  f"merge {t_merge['median']:>7.1f} ({t_merge_shared['median']:.1f}) torch {torch_us['median']:>9.1f}",
+                  flush=True)
         corpus = queries = zeros = None
         torch.cuda.empty_cache()
     if args.ncu:
@@ -155,14 +160,15 @@ def main() -> int:
     path = write_result("similarity_probe" if args.variants == "sync" else f"similarity_probe_{args.variants}",
                         {"rows": rows})
     print(f"wrote {path}")
-    print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'epilogue':>9} {'merge':>7} {'torch':>9}")
+    print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'epilogue':>9} {'merge':>7} {'shared':>7} "
+          f"{'torch':>9}")
     for r in rows:
         if "error" in r:
             print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} error: {r['error'][:60]}")
             continue
         s, m = r["search_us"]["median"], r["mainloop_us"]["median"]
         print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} {s:>9.1f} {m:>9.1f} {s - m:>9.1f} "
-              f"{r['merge_us']['median']:>7.1f} {r['torch_us']['median']:>9.1f}")
+              f"{r['merge_us']['median']:>7.1f} {r['merge_shared_us']['median']:>7.1f} {r['torch_us']['median']:>9.1f}")
     return 0
 
 

@@ -290,6 +290,12 @@ int merge_threads(int kind) {
 
 long long merge_smem_bytes(int kind, int k) {
     check_merge_kind(kind);
+    if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
+    const int cap = kind == tunelab::sim::kMergeLists16 ? 16 : kind == tunelab::sim::kMergeLists32 ? 32 : INT_MAX;
+    if (k > cap)
+        throw ConfigError("merge kind " + std::to_string(kind) + " keeps thread lists of " + std::to_string(cap) +
+                          " entries; k=" + std::to_string(k) + " needs kind " + std::to_string(merge_kind(k)) +
+                          " or above");
     return tunelab::sim::merge_smem_bytes(kind, k);
 }
 

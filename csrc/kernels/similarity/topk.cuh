@@ -480,17 +480,28 @@ struct TopkBlock {
       const int r0 = pass * EPI + tl_part * PR;  // first tile row this thread scans in this pass
       const float* col = scores + c * SP + tl_part * PR;
       const int id0 = static_cast<int>(p.index_base + row0 + r0);
-#pragma unroll 4
+      // Four rows at a time; most quads are rejected by their largest key. The quad's keys are walked by
+      // shifting (not indexing), so that the insertion is inlined once: a small loop body keeps the main loop's
+      // code in the instruction cache.
+#pragma unroll 1
       for (int j = 0; j < PR; j += 4) {
         const float4 s4 = lds4(col + j);
-        const float dots[4] = {s4.x, s4.y, s4.z, s4.w};
+        float k4[4] = {s4.x, s4.y, s4.z, s4.w};  // NaN (rows past n) stays NaN and fails every test
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float key = dots[e];  // NaN (rows past n) stays NaN and fails every test
-          if constexpr (Tr::kMetric == kCosine) key = dots[e] * rsqrtf(fmaxf(lds(norms + r0 + j + e), 1e-24f));
-          if constexpr (Tr::kMetric == kL2) key = fmaf(2.f, dots[e], -lds(norms + r0 + j + e));
+          if constexpr (Tr::kMetric == kCosine) k4[e] *= rsqrtf(fmaxf(lds(norms + r0 + j + e), 1e-24f));
+          if constexpr (Tr::kMetric == kL2) k4[e] = fmaf(2.f, k4[e], -lds(norms + r0 + j + e));
+        }
+        const float top = fmaxf(fmaxf(k4[0], k4[1]), fmaxf(k4[2], k4[3]));  // fmaxf drops NaN
+        if (!(top >= fmaxf(bar, tl.bar_key()))) continue;
+#pragma unroll 1
+        for (int e = 0; e < 4; ++e) {
+          const float key = k4[0];
           const int id = id0 + j + e;
           if (key >= bar && tl.admits(key, id)) tl.insert(key, id);
+          k4[0] = k4[1];
+          k4[1] = k4[2];
+          k4[2] = k4[3];
         }
       }
     }

@@ -124,10 +124,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       with 64-row epilogue passes, so that 4 stages fit. Measured on the H200 (benchmarks/similarity_probe.py
       --variants wgmma): 6-18% faster than the mma.sync tiling at nq = 100, 7-14% at nq = 1024.
 
-    * The running top-k (MERGE): for k <= 16 (32) every thread keeps a sorted list of 16 (32) entries in registers
-      over its query's share of each tile (MERGE 3, 4), unless the accumulators and the list together would pass
-      128 registers (fp32 with 256-row tiles: ptxas spills); otherwise one list per query in shared memory,
-      merged by a warp (MERGE 2).
+    * The running top-k: one list per query in shared memory, merged by a warp per tile (MERGE=2, hybrid). The
+      thread lists (MERGE 3, 4: a sorted register list per thread) measured on the H200 against it
+      (benchmarks/similarity_probe.py --variants merge, k = 10): equal at N = 50K / nq = 100, 7% faster at 1M,
+      3.5% slower at 10M, 10% slower at 10M / nq = 1024, 1.5% slower at nq = 1; so they are left to the tuner.
 
     fp32 slices hold half as many elements. STAGES, then BLOCK_Q, shrink until the running top-k lists
     (2 * BLOCK_Q * k * 8 bytes) fit in the shared memory of ``arch`` (default: the current GPU's); every default
@@ -151,10 +151,6 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(128, bq, 64, 8, 1, 4, mma=1) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
     else:
         cfg = _cfg(128, 128, 64, 8, 1, 4, epi=64, mma=1) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
-    # the running top-k: thread lists in registers while k fits one (16 or 32 entries) and the accumulators leave
-    # room for its 2 x 16 (32) registers; shared lists otherwise
-    cap = 16 if k <= 16 else 32
-    cfg["MERGE"] = (3 if cap == 16 else 4) if k <= 32 and accumulators(cfg) + 2 * cap <= 128 else 2
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
     return fit_config(cfg, k, dt, limit)
@@ -355,12 +351,15 @@ class CompiledSearch:
         return (plan["q_tiles"], plan["splits"], 1), (self.threads, 1, 1), self.smem_bytes(k), pack
 
     def merge_args(self, cand_key, cand_idx, queries, k: int, num_lists: int, out_key=None, out_idx=None,
-                   out_score=None, out_index=None, dense: tuple[int, int, int] | None = None):
+                   out_score=None, out_index=None, dense: tuple[int, int, int] | None = None,
+                   kind: int | None = None):
         """(grid, block, smem, ArgPack, kind) of the merge kernel. ``dense`` = (list_len, list_stride,
         query_stride): the lists are rows of a dense score matrix with implicit indices (``cand_idx`` None)
-        instead of the search's candidate lists."""
+        instead of the search's candidate lists. ``kind`` forces a merge variant (:data:`MERGE_KINDS`; ConfigError
+        when its thread lists are shorter than k); default :func:`_S.merge_kind` of k."""
         nq, d = queries.shape
-        kind = int(_S.merge_kind(int(k)))
+        kind = int(_S.merge_kind(int(k))) if kind is None else int(kind)
+        smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
         blob = _S.merge_pack(cand_key.data_ptr(), ptr(cand_idx), queries.data_ptr(), queries.stride(0), ptr(out_key),
@@ -368,7 +367,7 @@ class CompiledSearch:
                              list_stride, query_stride, dense is not None)
         pack = _core.ArgPack()
         pack.raw(blob, 8)
-        return (nq, 1, 1), (int(_S.merge_threads(kind)), 1, 1), int(_S.merge_smem_bytes(kind, int(k))), pack, kind
+        return (nq, 1, 1), (int(_S.merge_threads(kind)), 1, 1), smem, pack, kind
 
     def launch_search(self, device: int, stream: int, *args, **kwargs) -> None:
         """Launch the search kernel on ``device`` and ``stream`` (raising its dynamic shared-memory limit if
@@ -382,14 +381,16 @@ class CompiledSearch:
         grid, block, smem, pack, kind = self.merge_args(*args, **kwargs)
         self.merge_function(device, kind).launch(grid, block, smem, stream, pack)
 
-    def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict):
-        """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer."""
+    def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict,
+                merge_kind: int | None = None):
+        """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer (``merge_kind``: as
+        :meth:`merge_args`'s ``kind``)."""
         n = corpus.shape[0]
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack)
         grid, block, smem, pack, kind = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
-                                                        out_score=scores, out_index=indices)
+                                                        out_score=scores, out_index=indices, kind=merge_kind)
         p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack)
         return p1, p2
 
