@@ -270,9 +270,10 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
 
 // ------------------------------------------------------------------------------------------------ merge
 
-int merge_kind(long long k) {
+int merge_kind(long long k, long long candidates) {
     if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
-    return tunelab::sim::merge_kind(static_cast<int>(std::min<long long>(k, INT_MAX)));
+    if (candidates < 1) throw InputError("candidates=" + std::to_string(candidates) + " per query must be >= 1");
+    return tunelab::sim::merge_kind(static_cast<int>(std::min<long long>(k, INT_MAX)), candidates);
 }
 
 namespace {
@@ -294,8 +295,8 @@ long long merge_smem_bytes(int kind, int k) {
     const int cap = kind == tunelab::sim::kMergeLists16 ? 16 : kind == tunelab::sim::kMergeLists32 ? 32 : INT_MAX;
     if (k > cap)
         throw ConfigError("merge kind " + std::to_string(kind) + " keeps thread lists of " + std::to_string(cap) +
-                          " entries; k=" + std::to_string(k) + " needs kind " + std::to_string(merge_kind(k)) +
-                          " or above");
+                          " entries; k=" + std::to_string(k) + " needs kind " +
+                          std::to_string(k <= 32 ? 1 : 2) + " or above");
     return tunelab::sim::merge_smem_bytes(kind, k);
 }
 

@@ -152,7 +152,9 @@ int main(int argc, char** argv) {
     std::printf("RESULT skip k=%d > thread list capacity %d\n", k, thread_list_capacity(Tr::kMerge));
     return 0;
   }
-  const int mkind = merge_kind(k);
+  // the merge variant for k, with thread lists (when k fits) for even seeds and shared lists for odd ones: the
+  // scenarios have too few candidates for the launcher's rule to pick thread lists
+  const int mkind = merge_kind(k, seed % 2 ? 1 : kMergeListsMinCandidates);
   auto run_merge = [&](const MergeParams& mp) {
     const int threads = 32 * merge_kind_warps(mkind), smem_bytes = static_cast<int>(merge_smem_bytes(mkind, k));
     const uint3_ grid{static_cast<unsigned>(nq), 1, 1};

@@ -101,12 +101,18 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
   return (merge >= 3 ? thread_list_parts(threads, block_q) - 1 : 2) * static_cast<long long>(block_q) * k * 8;
 }
 
-// The merge kernel's variants ("kinds"), chosen by k: thread lists of 16 or 32 entries
-// (similarity_merge_lists<_, _, 16 or 32>, kMergeListWarps warps), else shared lists merged by warps
-// (similarity_merge<_, _, 8 or 4>: above k = 256 eight warps' list buffers, 16 k bytes each, would pass 32 KiB).
+// The merge kernel's variants ("kinds"), chosen by k and the candidates per query: thread lists of 16 or 32
+// entries (similarity_merge_lists<_, _, 16 or 32>, kMergeListWarps warps) when k fits and there are at least
+// kMergeListsMinCandidates candidates per query (their fixed cost, the bitonic exchanges, needs that many to pay
+// off: on the H200 at k = 10 they took 14.4 us against 16.0 with 131 lists, 47.9 against 24.3 with 33 lists of
+// 1024 queries); else shared lists merged by warps (similarity_merge<_, _, 8 or 4>: above k = 256 eight warps'
+// list buffers, 16 k bytes each, would pass 32 KiB).
 enum : int { kMergeLists16 = 0, kMergeLists32 = 1, kMergeShared8 = 2, kMergeShared4 = 3 };
 constexpr int kMergeListWarps = 8;
-TUNELAB_SIM_HD constexpr int merge_kind(int k) { return k <= 16 ? 0 : k <= 32 ? 1 : k <= 256 ? 2 : 3; }
+constexpr long long kMergeListsMinCandidates = 512;
+TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates) {
+  return k <= 32 && candidates >= kMergeListsMinCandidates ? (k <= 16 ? 0 : 1) : k <= 256 ? 2 : 3;
+}
 TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) { return kind == kMergeShared4 ? 4 : 8; }
 // Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
 constexpr int kMergeR = 4;

@@ -124,10 +124,12 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       with 64-row epilogue passes, so that 4 stages fit. Measured on the H200 (benchmarks/similarity_probe.py
       --variants wgmma): 6-18% faster than the mma.sync tiling at nq = 100, 7-14% at nq = 1024.
 
-    * The running top-k: one list per query in shared memory, merged by a warp per tile (MERGE=2, hybrid). The
-      thread lists (MERGE 3, 4: a sorted register list per thread) measured on the H200 against it
-      (benchmarks/similarity_probe.py --variants merge, k = 10): equal at N = 50K / nq = 100, 7% faster at 1M,
-      3.5% slower at 10M, 10% slower at 10M / nq = 1024, 1.5% slower at nq = 1; so they are left to the tuner.
+    * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
+      per thread), unless that would pass 128 registers with the accumulators; else one list per query in shared
+      memory, merged by a warp per tile (MERGE=2). Measured on the H200 (benchmarks/similarity_probe.py
+      --variants merge, fp16, k = 10; results/similarity_probe_merge.json), MERGE=3 against 2: 7% faster at
+      N = 10M / nq = 1024, 2% at 10M / 100, 4% at 1M / 100, 5% slower at 50K / 100, 0.6% slower at nq = 1
+      (which keeps 2). MERGE=4 (32 entries) is slower than 2 at nq = 100 and is left to the tuner for k <= 32.
 
     fp32 slices hold half as many elements. STAGES, then BLOCK_Q, shrink until the running top-k lists
     (2 * BLOCK_Q * k * 8 bytes) fit in the shared memory of ``arch`` (default: the current GPU's); every default
@@ -151,6 +153,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(128, bq, 64, 8, 1, 4, mma=1) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
     else:
         cfg = _cfg(128, 128, 64, 8, 1, 4, epi=64, mma=1) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
+    # the running top-k: thread lists (16 entries) for k <= 16 above 8 queries, when the accumulators leave room
+    # for the list's 32 registers (fp32's 256-row tiles do not: ptxas spills); shared lists otherwise
+    if nq > 8 and k <= 16 and accumulators(cfg) + 32 <= 128:
+        cfg["MERGE"] = 3
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
     return fit_config(cfg, k, dt, limit)
@@ -319,7 +325,7 @@ class CompiledSearch:
         return self._loaded.get(device)
 
     def merge_function(self, device: int, kind: int):
-        """The merge kernel of kind ``kind`` (:func:`_S.merge_kind` of k) loaded on ``device``."""
+        """The merge kernel of kind ``kind`` (:func:`_S.merge_kind`) loaded on ``device``."""
         return self.functions(device)[1 + MERGE_KINDS.index(kind)]
 
     def blocks_per_sm(self, device: int, k: int) -> int:
@@ -356,9 +362,10 @@ class CompiledSearch:
         """(grid, block, smem, ArgPack, kind) of the merge kernel. ``dense`` = (list_len, list_stride,
         query_stride): the lists are rows of a dense score matrix with implicit indices (``cand_idx`` None)
         instead of the search's candidate lists. ``kind`` forces a merge variant (:data:`MERGE_KINDS`; ConfigError
-        when its thread lists are shorter than k); default :func:`_S.merge_kind` of k."""
+        when its thread lists are shorter than k); default :func:`_S.merge_kind` of k and the candidates per query."""
         nq, d = queries.shape
-        kind = int(_S.merge_kind(int(k))) if kind is None else int(kind)
+        candidates = int(num_lists) * (dense[0] if dense else int(k))
+        kind = int(_S.merge_kind(int(k), candidates)) if kind is None else int(kind)
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
