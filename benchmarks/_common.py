@@ -40,8 +40,10 @@ def copy_to_out(path: Path) -> None:
     if extra:
         import shutil
 
+        dest = Path(extra) / Path(path).name
         Path(extra).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(extra) / Path(path).name)
+        if not dest.exists() or not dest.samefile(path):  # a result written straight into $OUT stays as it is
+            shutil.copy(path, dest)
 
 
 def warm_up_gpu(seconds: float = 2.0) -> float:
