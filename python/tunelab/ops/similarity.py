@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tunelab import _core
+from tunelab import dtypes as _dtypes
 from tunelab.ops import config as _config
 from tunelab.ops import dispatch as _dispatch
 from tunelab.ops.loading import DeviceFunctions
@@ -61,9 +62,8 @@ GRAM_PARAM_CHOICES: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in _S.gra
 
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
 GRAM_DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "complex64": 3}
-SHORT_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "complex64": "complex64"}
-LONG_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "complex64": "complex64",
-               "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "c64": "complex64"}
+SHORT_DTYPES = _dtypes.SHORT
+LONG_DTYPES = _dtypes.ALIASES
 METRICS = {"ip": 0, "cosine": 1, "l2": 2}
 MAX_K = 1024
 #: Merge kernel variants (:func:`_S.merge_kind`): thread lists of 16 and 32 entries, shared lists over 8 and 4 warps.

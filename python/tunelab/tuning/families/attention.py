@@ -55,6 +55,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from tunelab.dtypes import canonical
 from tunelab.errors import ConfigError, GateRejection, InputError
 from tunelab.kernel import smem_limit
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, problem_from
@@ -71,9 +72,6 @@ ATOL = {"float16": 1e-3, "bfloat16": 8e-3}
 EDGE_SEQ_Q, EDGE_SEQ_K = 203, 331
 #: Bit pattern written into outputs before a run: a NaN payload the kernel cannot produce by arithmetic.
 POISON_BITS = 0x7E5A
-
-_DTYPE_ALIASES = {"float16": "float16", "fp16": "float16", "half": "float16", "torch.float16": "float16",
-                  "bfloat16": "bfloat16", "bf16": "bfloat16", "torch.bfloat16": "bfloat16"}
 
 _PROBLEM_ALIASES = {"seq_len": "seq_q", "seqlen": "seq_q", "S": "seq_q", "seqlen_q": "seq_q", "seqlen_k": "seq_k",
                     "B": "batch", "H": "heads", "D": "head_dim", "headdim": "head_dim", "is_causal": "causal"}
@@ -92,10 +90,7 @@ _DESCRIPTIONS = {
 
 
 def _normalize_dtype(dtype: Any) -> str:
-    name = _DTYPE_ALIASES.get(str(dtype))
-    if name is None:
-        raise InputError(f"dtype {dtype!r} is not supported by the attention family; use float16 or bfloat16")
-    return name
+    return canonical(dtype, ("float16", "bfloat16"), "the attention family")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from tunelab.dtypes import canonical, long_name, short_name
 from tunelab.errors import ConfigError, GateRejection, InputError
 from tunelab.kernel import smem_limit
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
@@ -37,9 +38,6 @@ MAX_SMEM_ANY_ARCH = 232448
 #: rows of K checked against float64 per numerics run
 CHECK_ROWS = 192
 
-_DTYPES = {"fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16", "fp32": "float32",
-           "float32": "float32", "complex64": "complex64", "c64": "complex64"}
-_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "complex64": "complex64"}
 
 
 def _ops():
@@ -60,7 +58,7 @@ ERROR_FACTOR = {"fp16": 2.0, "bf16": 2.0, "fp32": 2.0, "complex64": 2.0}
 
 def error_factor(dtype: str) -> float:
     """Allowed multiple of PyTorch's own error for the Gram kernel in ``dtype`` (see ERROR_FACTOR)."""
-    return ERROR_FACTOR[_SHORT.get(_DTYPES.get(str(dtype), str(dtype)), str(dtype))]
+    return ERROR_FACTOR[short_name(dtype) or str(dtype)]
 
 
 @dataclass(frozen=True)
@@ -74,10 +72,8 @@ class GramProblem:
     mirror: bool = False
 
     def __post_init__(self):
-        dt = _DTYPES.get(str(self.dtype))
-        if dt is None:
-            raise InputError(f"gram problem dtype {self.dtype!r} is not accepted; use fp16, bf16, fp32 or complex64")
-        object.__setattr__(self, "dtype", _SHORT[dt])
+        dt = canonical(self.dtype, ("float16", "bfloat16", "float32", "complex64"), "the gram problem")
+        object.__setattr__(self, "dtype", short_name(dt))
         for name in ("n", "dim"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -88,7 +84,7 @@ class GramProblem:
     @property
     def torch_dtype(self) -> str:
         """The dtype's torch name (``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"complex64"``)."""
-        return _DTYPES[self.dtype]
+        return long_name(self.dtype)
 
     @property
     def scalar_bytes(self) -> int:

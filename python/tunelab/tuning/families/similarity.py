@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from tunelab.dtypes import canonical, long_name, short_name
 from tunelab.errors import ConfigError, GateRejection, InputError
 from tunelab.kernel import smem_limit
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
@@ -61,9 +62,6 @@ MAX_SMEM_ANY_ARCH = 232448
 #: Entries of a thread list (MERGE 3 and 4; params.cuh's thread_list_capacity): k must not exceed it.
 _LIST_CAPACITY = {3: 16, 4: 32}
 
-_DTYPES = {"fp16": "float16", "float16": "float16", "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
-           "fp32": "float32", "float32": "float32", "float": "float32"}
-_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 _DESCRIPTIONS = {
     "BLOCK_N": "corpus rows per tile",
     "BLOCK_Q": "queries per block",
@@ -97,10 +95,8 @@ class SearchProblem:
     metric: str = "ip"
 
     def __post_init__(self):
-        dt = _DTYPES.get(str(self.dtype))
-        if dt is None:
-            raise InputError(f"similarity problem dtype {self.dtype!r} is not accepted; use fp16, bf16 or fp32")
-        object.__setattr__(self, "dtype", _SHORT[dt])
+        dt = canonical(self.dtype, ("float16", "bfloat16", "float32"), "the similarity problem")
+        object.__setattr__(self, "dtype", short_name(dt))
         for name in ("nq", "n", "d", "k"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -113,7 +109,7 @@ class SearchProblem:
     @property
     def torch_dtype(self) -> str:
         """The dtype's torch name (``"float16"``, ``"bfloat16"`` or ``"float32"``)."""
-        return _DTYPES[self.dtype]
+        return long_name(self.dtype)
 
     @property
     def element_bytes(self) -> int:
