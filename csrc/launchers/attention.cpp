@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "launchers/args.h"
 #include "launchers/config.h"
 #include "kernels/attention/params.cuh"
 
@@ -14,7 +15,7 @@ namespace tunelab::launchers::attention {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& msg) { throw ConfigError("attention config: " + msg); }
+[[noreturn]] void bad(const std::string& msg) { config_error("attention", msg); }
 
 // The grid's dimensions for (batch, heads, seqlen_q), checked against the launch limits.
 void check_grid_sizes(long long batch, long long heads, long long seqlen_q) {
@@ -119,14 +120,7 @@ std::array<unsigned, 3> grid(const Config& config, long long batch, long long he
 }
 
 int max_vec_load(const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides) {
-    for (int vec : {16, 8, 4}) {
-        const long long elems = vec / 2;
-        bool ok = true;
-        for (auto ptr : pointers) ok = ok && ptr % vec == 0;
-        for (auto s : strides) ok = ok && s % elems == 0;
-        if (ok) return vec;
-    }
-    return 0;
+    return widest_copy(2, pointers, strides, 0);
 }
 
 std::string pack(const Config& config, int head_dim, int dtype, unsigned long long q, unsigned long long k,
@@ -187,7 +181,7 @@ std::string pack(const Config& config, int head_dim, int dtype, unsigned long lo
     prm.seqlen_k = static_cast<int>(seqlen_k);
     prm.causal_offset = static_cast<int>(causal_offset);
     prm.scale_log2 = static_cast<float>(scale * 1.4426950408889634074);  // log2(e)
-    return std::string(reinterpret_cast<const char*>(&prm), sizeof(prm));
+    return param_bytes(prm);
 }
 
 }  // namespace tunelab::launchers::attention

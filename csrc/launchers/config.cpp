@@ -21,6 +21,10 @@ std::string join_names(const std::vector<std::string>& v) {
     return s + "]";
 }
 
+void config_error(const char* family, const std::string& msg) {
+    throw ConfigError(std::string(family) + " config: " + msg);
+}
+
 // Name/value checks shared by both families: every parameter present, known, and one of its choices.
 std::map<std::string, int> checked(const char* family, const Config& config, const std::vector<std::string>& names,
                                    const std::map<std::string, std::vector<long long>>& choices) {

@@ -13,6 +13,9 @@ using Config = std::map<std::string, long long>;
 std::string join(const std::vector<long long>& values);
 std::string join_names(const std::vector<std::string>& names);
 
+// Throws ConfigError "<family> config: <msg>".
+[[noreturn]] void config_error(const char* family, const std::string& msg);
+
 // Every parameter present, known, and one of its choices; ConfigError "<family> config: ..." naming the bad
 // value and the accepted ones otherwise. Returns the values as ints.
 std::map<std::string, int> checked(const char* family, const Config& config, const std::vector<std::string>& names,

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "launchers/args.h"
 #include "launchers/config.h"
 #include "kernels/similarity/params.cuh"
 
@@ -15,9 +16,7 @@ namespace tunelab::launchers::similarity {
 
 namespace {
 
-[[noreturn]] void bad(const char* family, const std::string& msg) {
-    throw ConfigError(std::string(family) + " config: " + msg);
-}
+[[noreturn]] void bad(const char* family, const std::string& msg) { config_error(family, msg); }
 
 const char* dtype_name(int dtype) {
     switch (dtype) {
@@ -32,11 +31,6 @@ const char* dtype_name(int dtype) {
 void null_check(std::initializer_list<std::pair<const char*, unsigned long long>> pointers) {
     for (const auto& [name, ptr] : pointers)
         if (!ptr) throw InputError(std::string(name) + " is a null device pointer; pass a CUDA tensor's data_ptr()");
-}
-
-template <class T>
-std::string as_bytes(const T& v) {
-    return std::string(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
 }  // namespace
@@ -212,14 +206,7 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
 
 int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides,
             long long d) {
-    const int eb = element_bytes(dtype);
-    for (int vec : {16, 8, 4}) {
-        bool ok = (d * eb) % vec == 0;
-        for (auto p : pointers) ok = ok && p % vec == 0;
-        for (auto s : strides) ok = ok && (s * eb) % vec == 0;
-        if (ok) return vec;
-    }
-    return 0;
+    return widest_copy(element_bytes(dtype), pointers, strides, d);
 }
 
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
@@ -265,7 +252,7 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     p.num_tiles = num_tiles;
     p.tiles_per_split = tiles_per_split;
     p.list_offset = list_offset;
-    return as_bytes(p);
+    return param_bytes(p);
 }
 
 // ------------------------------------------------------------------------------------------------ merge
@@ -347,7 +334,7 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
     p.list_stride = list_stride;
     p.query_stride = query_stride;
     p.implicit_index = implicit_index ? 1 : 0;
-    return as_bytes(p);
+    return param_bytes(p);
 }
 
 // ------------------------------------------------------------------------------------------------ Gram
@@ -465,7 +452,7 @@ std::string gram_pack(const Config& config, int dtype, bool symmetric, unsigned 
     p.n = static_cast<int>(n);
     p.d = static_cast<int>(d);
     p.tiles = static_cast<int>(symmetric ? (n + c.tile_m - 1) / c.tile_m : (n + c.tile_n - 1) / c.tile_n);
-    return as_bytes(p);
+    return param_bytes(p);
 }
 
 }  // namespace tunelab::launchers::similarity
