@@ -19,6 +19,8 @@ benchmarks/results/similarity_probe.json with the environment fingerprint; a tab
 
   python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000] [--variants sync|wgmma|all]
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
+  python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
+      --from-study benchmarks/results/tune_similarity_1x10000000x768x10_fp32.json   # a study's configs elsewhere
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
 benchmarks/results/similarity_probe_wgmma.json instead; ``--variants merge`` the running top-k strategies (thread
@@ -92,9 +94,24 @@ def main() -> int:
     ap.add_argument("--variants", choices=("sync", "wgmma", "merge", "all"), default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; merge: the running "
                          "top-k strategies (MERGE); all: sync and wgmma")
+    ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    ap.add_argument("--from-study", type=Path, default=None,
+                    help="a tuning results JSON (tune_seed.py --family similarity): its confirmed configs are added "
+                         "as variants ('study 1', ...), to see how they do at other shapes")
     args = ap.parse_args()
+    tdtype = getattr(torch, args.dtype)
+    study_variants = []
+    if args.from_study:
+        import json
+
+        doc = json.loads(args.from_study.read_text())
+        arms = [a for a in doc["confirmation"]["arms"] if a.get("kind") == "config" and not a.get("is_default")]
+        study_variants = [(f"study {i + 1}", a["config"], None) for i, a in enumerate(arms)]
 
     def variant_list(nq):
+        return base_variants(nq) + study_variants
+
+    def base_variants(nq):
         if args.variants == "sync":
             return variants(nq)
         if args.variants == "wgmma":
@@ -110,17 +127,17 @@ def main() -> int:
     rows = []
     for nq, n in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
-        corpus = torch.randn(n, D, device="cuda", dtype=torch.float16, generator=g)
-        queries = torch.randn(nq, D, device="cuda", dtype=torch.float16, generator=g)
+        corpus = torch.randn(n, D, device="cuda", dtype=tdtype, generator=g)
+        queries = torch.randn(nq, D, device="cuda", dtype=tdtype, generator=g)
         zeros = torch.zeros_like(queries)
         torch_us = None
         if not args.ncu:
             torch_us = summarize(time_callable(lambda: torch.topk(queries @ corpus.T, K, dim=1), samples=30))
-        base = S.default_config(nq, K, "float16", D)
+        base = S.default_config(nq, K, args.dtype, D)
         for name, over, splits in variant_list(nq):
             try:
-                cfg = S.fit_config({**base, **over}, K, "float16", S.smem_limit(arch), "ip")
-                comp = S.compile_search(cfg, dtype="float16", metric="ip", arch=arch)
+                cfg = S.fit_config({**base, **over}, K, args.dtype, S.smem_limit(arch), "ip")
+                comp = S.compile_search(cfg, dtype=args.dtype, metric="ip", arch=arch)
             except TunelabError as exc:
                 rows.append({"nq": nq, "n": n, "variant": name, "config": {**base, **over}, "error": str(exc)[:200]})
                 continue
@@ -157,8 +174,11 @@ def main() -> int:
         torch.cuda.empty_cache()
     if args.ncu:
         return 0
-    path = write_result("similarity_probe" if args.variants == "sync" else f"similarity_probe_{args.variants}",
-                        {"rows": rows})
+    name = "similarity_probe" if args.variants == "sync" else f"similarity_probe_{args.variants}"
+    if args.dtype != "float16" or args.from_study:
+        name += f"_{args.dtype}" + ("_study" if args.from_study else "")
+    path = write_result(name, {"rows": rows, "dtype": args.dtype,
+                               "from_study": str(args.from_study) if args.from_study else None})
     print(f"wrote {path}")
     print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'epilogue':>9} {'merge':>7} {'shared':>7} "
           f"{'torch':>9}")
