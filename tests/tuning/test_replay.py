@@ -78,3 +78,25 @@ def test_replay_round_trip(toy_replay_path, tmp_path, name):
     save_replay(tmp_path / name, a.raw)
     b = load_replay(tmp_path / name)
     assert a.digest() == b.digest() and a.optimum() == b.optimum() and a.raw == b.raw
+
+
+def test_replay_family_takes_the_installed_space_when_it_is_the_recorded_one(toy_replay, monkeypatch):
+    """The file cannot hold derived-value functions; the installed family's identical space supplies them (the gp
+    sampler uses them as features). A space that changed since the recording is not substituted."""
+    from tunelab.tuning import family as family_mod
+    from tunelab.tuning.fake import ToyFamily, toy_space
+    from tunelab.tuning.replay import ReplayFamily
+
+    assert ReplayFamily(toy_replay).space(toy_replay.problem).derived[0].fn is None  # "toy" is not installed
+    monkeypatch.setitem(family_mod._REGISTRY, "toy", ToyFamily)
+    live = ReplayFamily(toy_replay).space(toy_replay.problem)
+    assert live.to_dict() == toy_replay.space.to_dict()
+    assert live.complete({"BLOCK_M": 64, "BLOCK_N": 32, "NUM_WARPS": 2, "NUM_STAGES": 2, "SWIZZLE": True,
+                          "LAYOUT": "row"})["THREADS"] == 64
+
+    class Changed(ToyFamily):
+        def space(self, problem):
+            return toy_space("toy/gemm-v2")
+
+    monkeypatch.setitem(family_mod._REGISTRY, "toy", Changed)
+    assert ReplayFamily(toy_replay).space(toy_replay.problem).derived[0].fn is None

@@ -142,16 +142,33 @@ def make_replay_dict(*, family: str, problem: Mapping[str, Any], problem_key: st
     }
 
 
+def _live_space(replay: ReplayData) -> SearchSpace | None:
+    """The installed family's space for the recorded problem if it serializes to the recorded space, else None
+    (family not installed, not importable here, or its space changed since the recording)."""
+    try:
+        from tunelab.tuning.family import get_family
+
+        fam = get_family(replay.family)
+        space = fam.space(fam.problem_from_dict(replay.problem))
+    except Exception:  # noqa: BLE001 - any failure means: use the recorded space
+        return None
+    if not isinstance(space, SearchSpace) or space.to_dict() != replay.space.to_dict():
+        return None
+    return space
+
+
 class ReplayFamily(TunableFamily):
     """The family as the replay file describes it: its space, default config and static rejections."""
 
     def __init__(self, replay: ReplayData):
         self.replay = replay
         self.name = replay.family
-        self._space = replay.space
+        self._space = _live_space(replay) or replay.space
 
     def space(self, problem: Any) -> SearchSpace:
-        """The recorded space (constraints by name only)."""
+        """The recorded space: the installed family's own space object when it declares exactly the recorded one
+        (so its constraint predicates and derived values, which the file cannot hold, are available, e.g. as model
+        features), else the space restored from the file (constraints and derived values by name only)."""
         return self._space
 
     def default_config(self, problem: Any) -> Config:

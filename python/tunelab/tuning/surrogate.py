@@ -8,9 +8,10 @@ parameters (a fast BLOCK_N=128 config with Q in shared memory raises the predict
 
 Model (:class:`GaussianProcess`): a GP on the log of the latency (latencies are positive and their differences
 multiplicative), inputs :func:`features` (an ordered parameter is one coordinate, its choice's position scaled to
-[0, 1]; an unordered one is one-hot, a two-valued one a single 0/1 coordinate), a Matern-5/2 kernel with one
-length scale per coordinate (ARD), a constant mean and a noise term. Hyperparameters maximise the log marginal
-likelihood (L-BFGS-B, warm-started from the previous fit, with a fixed restart).
+[0, 1]; an unordered one is one-hot, a two-valued one a single 0/1 coordinate; then one coordinate per numeric
+value the space derives from the parameters, such as warps along M or shared memory, log2-scaled), a Matern-5/2
+kernel with one length scale per coordinate (ARD), a constant mean and a noise term. Hyperparameters maximise the
+log marginal likelihood (L-BFGS-B, warm-started from the previous fit, with a fixed restart).
 
 Acquisition: expected improvement over the best measured log latency, maximised exactly over the unmeasured valid
 configs. Configs still in flight (compiled ahead, not measured yet) are added as observations at the model's own
@@ -40,9 +41,10 @@ from tunelab.tuning.study import info
 MAX_CANDIDATES = 200_000
 
 
-def features(space: SearchSpace, configs: Sequence[Config]) -> np.ndarray:
+def features(space: SearchSpace, configs: Sequence[Config], derived: bool = True) -> np.ndarray:
     """Model inputs of ``configs``: one column per ordered or two-valued parameter (choice position in [0, 1]),
-    one-hot columns for an unordered parameter with three or more choices."""
+    one-hot columns for an unordered parameter with three or more choices, then (``derived=True``) one column
+    per numeric derived value the space declares (:func:`derived_features`)."""
     cols: list[np.ndarray] = []
     for p in space.params:
         idx = np.array([p.index(c[p.name]) for c in configs], dtype=float)
@@ -54,9 +56,49 @@ def features(space: SearchSpace, configs: Sequence[Config]) -> np.ndarray:
         else:
             for j in range(n):
                 cols.append((idx == j).astype(float))
+    if derived:
+        cols.extend(derived_features(space, configs, cols))
     if not cols:
         return np.zeros((len(configs), 0))
     return np.stack(cols, axis=1)
+
+
+def derived_features(space: SearchSpace, configs: Sequence[Config], existing: Sequence[np.ndarray] = ()
+                     ) -> list[np.ndarray]:
+    """Columns for the space's derived values (``SearchSpace.derived``: warps along M, tiles per warp, shared
+    memory, ...), which carry interactions between parameters that a kernel on the raw parameters has to learn
+    from data. A derived value becomes a column when it is numeric for every config and takes two or more values;
+    a positive one is taken as its log2 (tile sizes and byte counts act multiplicatively); each column is scaled
+    to [0, 1] over ``configs``. A column equal to one in ``existing`` or to an earlier one (``THREADS`` is
+    ``NUM_WARPS`` rescaled) is left out. Derived values that cannot be computed (a space restored from JSON has
+    no functions) give no column."""
+    if not space.derived or not configs or any(d.fn is None for d in space.derived):
+        return []
+    try:
+        full = [space.complete(c) for c in configs]
+    except Exception:  # noqa: BLE001 - a derived value that fails on some config: use the parameters only
+        return []
+    out: list[np.ndarray] = []
+    seen = [np.round(c, 9) for c in existing]
+    for d in space.derived:
+        vals = [f[d.name] for f in full]
+        if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in vals):
+            continue
+        v = np.asarray(vals, dtype=float)
+        if not np.all(np.isfinite(v)):
+            continue
+        if np.all(v > 0):
+            v = np.log2(v)
+        lo, hi = float(v.min()), float(v.max())
+        if hi - lo <= 1e-12:
+            continue
+        col = (v - lo) / (hi - lo)
+        r = np.round(col, 9)
+        if any(np.array_equal(r, c) or np.array_equal(r, 1.0 - c) for c in seen):
+            continue
+        seen.append(r)
+        out.append(col)
+    return out
 
 
 def _matern52(a: np.ndarray, b: np.ndarray, ls: np.ndarray) -> np.ndarray:
@@ -185,14 +227,16 @@ class SurrogateSampler(BaseSampler):
         configs: every statically valid config (the candidate set).
         seed: seeds the random start-up proposals.
         n_startup: measured configs needed before the model is used.
+        derived: also use the space's numeric derived values as model inputs (:func:`derived_features`).
     """
 
-    def __init__(self, codec, configs: Sequence[Config], seed: int | None = None, n_startup: int = 8):
+    def __init__(self, codec, configs: Sequence[Config], seed: int | None = None, n_startup: int = 8,
+                 derived: bool = True):
         self._codec = codec
         self._space = codec.space
         self._configs = list(configs)
         self._index = {self._space.key(c): i for i, c in enumerate(self._configs)}
-        self._X = features(self._space, self._configs)
+        self._X = features(self._space, self._configs, derived=derived)
         self._rng = np.random.default_rng(seed)
         self._gp = GaussianProcess()
         self._n_startup = int(n_startup)
