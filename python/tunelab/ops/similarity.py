@@ -28,8 +28,8 @@ Search semantics:
 * 1 <= k <= min(N, 1024) (on GPUs with ~100 KiB of shared memory per block, sm_86/89, k up to ~380: the
   running lists of 8 queries need 128 * k bytes).
 
-The nq x N score matrix is never written: each block keeps a running top-k per query (for k <= 32 in its threads'
-registers, above in shared memory) and writes only k candidates per query; a small second kernel merges the
+The nq x N score matrix is never written: each block keeps a running top-k per query (by default in its threads'
+registers for k <= 16 and more than 8 queries, else in shared memory) and writes only k candidates per query; a small second kernel merges the
 candidates. Config: without ``config`` the op
 uses the tuned config stored for this device and problem bucket (``tunelab tune similarity ...``), else
 :func:`default_config`. Both ops are torch custom ops (``torch.ops.tunelab.similarity_search``,
