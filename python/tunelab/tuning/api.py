@@ -18,7 +18,7 @@ from tunelab.tuning.family import DTYPES, TunableFamily, get_family, stable_hash
 from tunelab.tuning.gates import GateConfig, static_rejection
 from tunelab.env import fingerprint
 from tunelab.tuning.results import SCHEMA, VERSION, TuneResult, save_results, utcnow
-from tunelab.tuning.samplers import SAMPLERS, Codec, make_sampler, resolve_sampler
+from tunelab.tuning.samplers import Codec, check_sampler_name, make_sampler, resolve_sampler
 from tunelab.tuning.seeding import (lhs_configs, occupancy_ranked, parse_seed_from, top_configs_from_file,
                                     top_configs_from_study)
 from tunelab.tuning.study import (device_slug, fail_interrupted, info, make_study_name, open_storage, redact,
@@ -111,9 +111,8 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
     Returns a :class:`~tunelab.tuning.results.TuneResult`.
     """
     t_total = time.perf_counter()
-    if isinstance(sampler, str) and sampler.lower() not in SAMPLERS and sampler.lower() != "nsgaii":
-        raise ConfigError(f"unknown sampler {sampler!r}; accepted samplers are {list(SAMPLERS)} "
-                          "(or pass an optuna sampler object)")
+    if isinstance(sampler, str):
+        check_sampler_name(sampler)
     for name, value, lo in (("trials", trials, 1), ("seed_trials", seed_trials, 0), ("top_k", top_k, 1),
                             ("confirm_rounds", confirm_rounds, 3)):
         if not isinstance(value, int) or value < lo:

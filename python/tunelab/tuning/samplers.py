@@ -37,6 +37,21 @@ from tunelab.tuning.space import Config, SearchSpace
 SAMPLERS = ("auto", "gp", "tpe", "random", "grid", "cmaes", "nsga2")
 
 
+def check_sampler_name(name: str) -> str:
+    """``name`` lower-cased when it names a sampler of :data:`SAMPLERS` (``nsgaii`` is taken for ``nsga2``);
+    ConfigError naming the accepted ones otherwise."""
+    lowered = str(name).lower()
+    if lowered not in SAMPLERS and lowered != "nsgaii":
+        raise ConfigError(f"unknown sampler {name!r}; accepted samplers are {list(SAMPLERS)} "
+                          "(or pass an optuna sampler object)")
+    return lowered
+
+
+def _needs_listed_configs(name: str) -> ConfigError:
+    return ConfigError(f"the {name} sampler chooses among every valid config, which are listed only for spaces up to "
+                       "tunelab.tuning.api.MAX_ENUMERATED configs: use sampler='tpe' (or 'auto'), or narrow the space")
+
+
 class Codec:
     """Maps configs of a SearchSpace to Optuna params and back (see the module docstring)."""
 
@@ -128,7 +143,7 @@ class ValidGridSampler(BaseSampler):
 def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs: Sequence[Config] | None = None,
                  n_trials: int | None = None) -> BaseSampler:
     """The sampler called ``name`` (one of :data:`SAMPLERS`), seeded."""
-    name = resolve_sampler(name, None if valid_configs is None else len(valid_configs))
+    name = resolve_sampler(check_sampler_name(name), None if valid_configs is None else len(valid_configs))
     if name == "tpe":
         with warnings.catch_warnings():
             # multivariate/group are marked experimental in Optuna; they are what makes TPE model interactions.
@@ -138,9 +153,7 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
         if valid_configs is None:
-            raise ConfigError("the grid sampler chooses among every valid config, which are listed only for spaces "
-                              "up to tunelab.tuning.api.MAX_ENUMERATED configs: use sampler='tpe' (or 'auto'), or "
-                              "narrow the space")
+            raise _needs_listed_configs(name)
         return ValidGridSampler(codec, list(valid_configs), seed=seed)
     if name == "cmaes":
         try:
@@ -154,13 +167,11 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
                                                 n_startup_trials=1)
     if name == "gp":
         if valid_configs is None:
-            raise ConfigError("the gp sampler chooses among every valid config, which are listed only for spaces "
-                              "up to tunelab.tuning.api.MAX_ENUMERATED configs: use sampler='tpe' (or 'auto'), or "
-                              "narrow the space")
+            raise _needs_listed_configs(name)
         from tunelab.tuning.surrogate import SurrogateSampler
 
         return SurrogateSampler(codec, valid_configs, seed=seed)
     if name in ("nsga2", "nsgaii"):
         pop = 50 if n_trials is None else int(min(50, max(8, n_trials // 5)))
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=pop)
-    raise ConfigError(f"unknown sampler {name!r}; accepted samplers are {list(SAMPLERS)}")
+    raise AssertionError(f"sampler {name!r} passed check_sampler_name but has no constructor")
