@@ -1,5 +1,7 @@
 #include "launchers/args.h"
 
+#include "core/errors.h"
+
 namespace tunelab::launchers {
 
 int widest_copy(int elem_bytes, const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides,
@@ -11,6 +13,11 @@ int widest_copy(int elem_bytes, const std::vector<unsigned long long>& pointers,
         if (ok) return vec;
     }
     return 0;
+}
+
+void null_check(std::initializer_list<std::pair<const char*, unsigned long long>> pointers) {
+    for (const auto& [name, ptr] : pointers)
+        if (!ptr) throw InputError(std::string(name) + " is a null device pointer; pass a CUDA tensor's data_ptr()");
 }
 
 }  // namespace tunelab::launchers

@@ -1,8 +1,10 @@
-// What every launcher does with kernel arguments: the widest copy that tensors allow, and a parameter struct's
-// bytes for ArgPack.raw (the kernels take one __grid_constant__ struct).
+// What every launcher does with kernel arguments: null-pointer checks, the widest copy that tensors allow, and a
+// parameter struct's bytes for ArgPack.raw (the kernels take one __grid_constant__ struct).
 #pragma once
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tunelab::launchers {
@@ -11,6 +13,9 @@ namespace tunelab::launchers {
 // elem_bytes) and a row of row_elems elements (0: no row condition) are multiples of.
 int widest_copy(int elem_bytes, const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides,
                 long long row_elems);
+
+// InputError naming the first null pointer of (name, pointer) pairs.
+void null_check(std::initializer_list<std::pair<const char*, unsigned long long>> pointers);
 
 template <class T>
 std::string param_bytes(const T& v) {

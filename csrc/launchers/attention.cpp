@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
-#include <utility>
 
 #include "core/errors.h"
 #include "launchers/args.h"
@@ -138,8 +137,7 @@ std::string pack(const Config& config, int head_dim, int dtype, unsigned long lo
     if (!(scale > 0.0) || !std::isfinite(scale))
         throw InputError("softmax scale=" + std::to_string(scale) +
                          " is not accepted; it must be finite and > 0 (the kernel takes max(scale*s) as scale*max(s))");
-    for (auto [name, ptr] : {std::pair<const char*, unsigned long long>{"q", q}, {"k", k}, {"v", v}, {"o", o}})
-        if (!ptr) throw InputError(std::string(name) + " is a null device pointer; pass a CUDA tensor's data_ptr()");
+    null_check({{"q", q}, {"k", k}, {"v", v}, {"o", o}});
     // cp.async of VEC_LOAD bytes needs that alignment of every row start; the epilogue stores 16 bytes.
     const int vec_in = max_vec_load({q, k, v}, {qs.batch, qs.head, qs.seq, ks.batch, ks.head, ks.seq, vs.batch,
                                                 vs.head, vs.seq});

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <initializer_list>
 #include <sstream>
-#include <utility>
 
 #include "core/errors.h"
 #include "launchers/args.h"
@@ -26,11 +24,6 @@ const char* dtype_name(int dtype) {
         case 3: return "complex64";
         default: return "?";
     }
-}
-
-void null_check(std::initializer_list<std::pair<const char*, unsigned long long>> pointers) {
-    for (const auto& [name, ptr] : pointers)
-        if (!ptr) throw InputError(std::string(name) + " is a null device pointer; pass a CUDA tensor's data_ptr()");
 }
 
 }  // namespace
@@ -120,9 +113,9 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
 void topk_check_k(const TopkConfig& c, long long k) {
     const int cap = tunelab::sim::thread_list_capacity(c.merge);
     if (cap > 0 && k > cap)
-        throw ConfigError("similarity config: MERGE=" + std::to_string(c.merge) + " keeps at most " +
-                          std::to_string(cap) + " entries per thread list; k=" + std::to_string(k) + " needs " +
-                          (k <= 32 ? "MERGE=4 (k <= 32) or " : "") + "MERGE 0..2");
+        bad("similarity", "MERGE=" + std::to_string(c.merge) + " keeps at most " + std::to_string(cap) +
+                              " entries per thread list; k=" + std::to_string(k) + " needs " +
+                              (k <= 32 ? "MERGE=4 (k <= 32) or " : "") + "MERGE 0..2");
 }
 
 long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
@@ -279,8 +272,8 @@ int merge_threads(int kind) {
 long long merge_smem_bytes(int kind, int k) {
     check_merge_kind(kind);
     if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
-    const int cap = kind == tunelab::sim::kMergeLists16 ? 16 : kind == tunelab::sim::kMergeLists32 ? 32 : INT_MAX;
-    if (k > cap)
+    const int cap = tunelab::sim::merge_kind_capacity(kind);
+    if (cap > 0 && k > cap)
         throw ConfigError("merge kind " + std::to_string(kind) + " keeps thread lists of " + std::to_string(cap) +
                           " entries; k=" + std::to_string(k) + " needs kind " +
                           std::to_string(k <= 32 ? 1 : 2) + " or above");
@@ -292,8 +285,8 @@ std::string merge_name_expression(int dtype, int metric, int kind) {
     if (metric < 0 || metric > 2) throw ConfigError("merge: metric code " + std::to_string(metric) + " is not 0..2");
     check_merge_kind(kind);
     const std::string args = std::to_string(dtype) + ", " + std::to_string(metric) + ", ";
-    if (kind <= tunelab::sim::kMergeLists32)
-        return "tunelab::sim::similarity_merge_lists<" + args + (kind == tunelab::sim::kMergeLists16 ? "16" : "32") + ">";
+    if (const int cap = tunelab::sim::merge_kind_capacity(kind))
+        return "tunelab::sim::similarity_merge_lists<" + args + std::to_string(cap) + ">";
     return "tunelab::sim::similarity_merge<" + args + std::to_string(tunelab::sim::merge_kind_warps(kind)) + ">";
 }
 

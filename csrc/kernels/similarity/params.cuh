@@ -114,14 +114,18 @@ TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates) {
   return k <= 32 && candidates >= kMergeListsMinCandidates ? (k <= 16 ? 0 : 1) : k <= 256 ? 2 : 3;
 }
 TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) { return kind == kMergeShared4 ? 4 : 8; }
+// Entries of a merge kind's thread lists (the largest k it takes); 0 for the shared-list kinds (any k).
+TUNELAB_SIM_HD constexpr int merge_kind_capacity(int kind) {
+  return kind == kMergeLists16 ? 16 : kind == kMergeLists32 ? 32 : 0;
+}
 // Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
 constexpr int kMergeR = 4;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
 // (capacity * 8 bytes); both: 16 bytes for |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
-  return kind <= kMergeLists32
-             ? kMergeListWarps * (kind == kMergeLists16 ? 16 : 32) * 8LL + 16
+  return merge_kind_capacity(kind) > 0
+             ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
 }
 

@@ -359,6 +359,7 @@ struct TopkBlock {
   // thread lists: this thread's column and part (part >= PARTS: no list), the parts' k-th keys, its own list
   static constexpr int PARTS = Tr::kParts, PR = Tr::kPartRows;
   int tl_col, tl_part;
+  bool tl_live;  // this thread keeps a list: a part of a real (not padding) query column
   float* part_bar;  // [PARTS][BQ]
   ThreadTopk<Tr::kListCap> tl;
 
@@ -383,6 +384,7 @@ struct TopkBlock {
     lidx = reinterpret_cast<int*>(lkey + (Tr::kThreadLists ? PARTS - 1 : 2) * BQ * p.k);
     tl_col = tid % BQ;
     tl_part = tid / BQ;
+    tl_live = Tr::kThreadLists && tl_part < PARTS && q0 + tl_col < p.nq;
   }
 
   // The bar of column col that the pre-check tests keys against: its list's k-th entry, or with thread lists the
@@ -457,7 +459,7 @@ struct TopkBlock {
   __device__ __forceinline__ void thread_list_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                        int tile) {
     const int c = tl_col;
-    const bool mine = tl_part < PARTS && q0 + c < p.nq;
+    const bool mine = tl_live;
     bool hit = false;
     float bar = -f32_inf();
     if (mine) {
@@ -640,7 +642,7 @@ struct TopkBlock {
   // own (each list is sorted: the first entry that does not enter ends it) and writes the column's k candidates.
   __device__ __forceinline__ void write_thread_lists(long long list) {
     const int c = tl_col, k = p.k;
-    const bool mine = tl_part < PARTS && q0 + c < p.nq;
+    const bool mine = tl_live;
     if (mine && tl_part > 0) {
       float* dk = lkey + ((tl_part - 1) * BQ + c) * k;
       int* di = lidx + ((tl_part - 1) * BQ + c) * k;
@@ -843,6 +845,15 @@ __device__ __forceinline__ void stash_query_norm2(const MergeParams& p, int q, b
   if (lane == 0) sts(qnorm, s);
 }
 
+// Entry `rank` of candidate list l of query q as (key, index), or (NaN, -1) for a missing entry (index -1 in the
+// list), which never enters a list. Implicit indices (a dense score matrix) are l * list_len + rank.
+__device__ __forceinline__ void load_candidate(const MergeParams& p, int q, int l, int rank, float& key, int& ix) {
+  const long long at = l * p.list_stride + q * p.query_stride + rank;
+  const int i = p.implicit_index ? l * p.list_len + rank : p.cand_idx[at];
+  key = i >= 0 ? p.cand_key[at] : f32_nan();
+  ix = i >= 0 ? i : -1;
+}
+
 // Entry r of query q's merged result: the internal form to out_key/out_idx, the user-facing one (metric applied,
 // qn2 = |q|^2 for cosine and l2) to out_score/out_index; a missing entry (have false) as (-inf or +inf, -1).
 template <int METRIC>
@@ -915,13 +926,7 @@ __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_cons
       fi[r] = -1;
       if (e < total) {
         const int rank = e / my_lists;
-        const int l = warp + (e - rank * my_lists) * WARPS;
-        const long long at = l * p.list_stride + q * p.query_stride + rank;
-        const int ix = p.implicit_index ? l * p.list_len + rank : p.cand_idx[at];
-        if (ix >= 0) {
-          fv[r] = p.cand_key[at];
-          fi[r] = ix;
-        }
+        load_candidate(p, q, warp + (e - rank * my_lists) * WARPS, rank, fv[r], fi[r]);
       }
     }
   };
@@ -1004,13 +1009,7 @@ __global__ void __launch_bounds__(kMergeListWarps * 32) similarity_merge_lists(c
       id[r] = -1;
       if (e < total) {
         const int rank = e / p.num_lists;
-        const int l = e - rank * p.num_lists;
-        const long long at = l * p.list_stride + q * p.query_stride + rank;
-        const int ix = p.implicit_index ? l * p.list_len + rank : p.cand_idx[at];
-        if (ix >= 0) {
-          v[r] = p.cand_key[at];
-          id[r] = ix;
-        }
+        load_candidate(p, q, e - rank * p.num_lists, rank, v[r], id[r]);
       }
     }
 #pragma unroll
