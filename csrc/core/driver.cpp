@@ -219,8 +219,8 @@ void Function::reserve_dynamic_smem(size_t bytes) {
     if (bytes > size_t(optin))
         throw ConfigError("kernel '" + name_ + "' needs " + std::to_string(bytes) +
                           " bytes of dynamic shared memory; this GPU allows " + std::to_string(optin) +
-                          " per block: use a config with smaller tiles or fewer STAGES (the family's static gate "
-                          "checks this for its own configs)");
+                          " per block: launch with at most that much dynamic shared memory (for a tunelab family "
+                          "config: smaller tiles or fewer STAGES, which the family's static gate checks)");
     set_max_dynamic_smem(int(bytes));
 }
 
