@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "csrc" / "kernels" / "common" / "wgmma_ops.cuh"
-TYPES = {"f16": "fp16", "bf16": "bf16"}
+TYPES = ("f16", "bf16")  # PTX type suffixes: wgmma_m64k16_<t>
 NS = range(8, 129, 8)  # BLOCK_Q (the N side) is at most 128
 
 

@@ -23,6 +23,15 @@ def _sim():
     return sim
 
 
+#: A valid mma.sync search config; tests state only what they change (a new tunable is one edit here).
+_BASE_CFG = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128,
+                 MIN_BLOCKS=1, MMA=0)
+
+
+def _cfg(**over):
+    return {**_BASE_CFG, **over}
+
+
 # ------------------------------------------------------------------------------------------------ spaces & gates
 def test_search_space_default_is_valid_and_gated():
     from tunelab.tuning.families.similarity import SimilarityFamily, SearchProblem
@@ -44,7 +53,7 @@ def test_search_space_constraints_name_their_rule():
 
     fam = SimilarityFamily()
     space = fam.space(SearchProblem(100, 50000, 768, 10, "fp16"))
-    base = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
+    base = _cfg()
     assert space.check(base)[0]
     rej = space.rejection(dict(base, WARPS_N=8, BLOCK_N=64))
     assert rej.code == "static.divisibility" and "WARPS_N" in rej.detail
@@ -61,7 +70,7 @@ def test_search_static_gates_smem_and_vec():
 
     fam = SimilarityFamily()
     big_k = SearchProblem(100, 50000, 768, 1024, "fp16")
-    cfg = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=1, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
+    cfg = _cfg(MERGE=1)
     rej = fam.static_gates(cfg, big_k, arch="sm_90")
     assert rej and rej[0].code == "static.smem"
     odd_d = SearchProblem(10, 1000, 100, 10, "fp16")  # 200-byte rows: 8-byte copies at most
@@ -70,7 +79,7 @@ def test_search_static_gates_smem_and_vec():
     assert fam.static_gates(dict(cfg, BLOCK_Q=16, VEC=8), odd_d, arch="sm_90") == []
     # sm_80's 163 KiB rejects what sm_90's 227 KiB accepts
     p = SearchProblem(100, 50000, 768, 10, "fp16")
-    wide = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
+    wide = _cfg(BLOCK_N=256, BLOCK_Q=112, MERGE=2)
     assert fam.static_gates(wide, p, arch="sm_90") == []
     assert fam.static_gates(wide, p, arch="sm_80")[0].code == "static.smem"
 
@@ -127,7 +136,7 @@ def test_resolved_config_fits_each_k_of_a_bucket(tmp_path, monkeypatch):
 
 
 def test_launcher_validation_errors_name_values():
-    cfg = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
+    cfg = _cfg()
     with pytest.raises(ConfigError, match="BLOCK_N=96"):
         S.topk_validate(dict(cfg, BLOCK_N=96), 0, 0)
     S.topk_validate(cfg, 2, 0)  # fp32: 256-byte slices are fine ...
@@ -165,7 +174,8 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     assert space.check(wg)[0]
     rej = space.rejection(dict(wg, STAGES=2))
     assert rej is not None and rej.code == "static.divisibility" and "MMA=1" in rej.detail
-    assert space.rejection(dict(wg, BLOCK_K=32)) is not None
+    rej = space.rejection(dict(wg, BLOCK_K=32))
+    assert rej is not None and "128-byte row slices" in rej.detail
     n_wg = sum(1 for c in space.enumerate() if c["MMA"] == 1)
     assert 0 < n_wg < space.count_valid() // 2
     fp32 = fam.space(SearchProblem(100, 50000, 768, 10, "fp32"))
@@ -218,7 +228,7 @@ def test_kernel_layout_matches_launcher_formula():
     """TUNELAB_EXPECTED_SMEM makes the kernel static_assert its layout against the launcher's number."""
     from tunelab.paths import kernels_dir
 
-    cfg = dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
+    cfg = _cfg(BLOCK_Q=32)
     expr = S.topk_name_expression(cfg, 0, 1)
     wrong = int(S.topk_static_smem_bytes(cfg, 0, 1)) + 16
     from tunelab.errors import CompileError
@@ -229,7 +239,7 @@ def test_kernel_layout_matches_launcher_formula():
 
 
 def test_plan_splits_are_balanced_and_capped():
-    cfg = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
+    cfg = _cfg(BLOCK_N=256, BLOCK_Q=112, MERGE=2)
     p = S.topk_plan(cfg, 100, 50000, 132, 0)
     assert p["q_tiles"] == 1 and p["num_tiles"] == 196
     assert p["splits"] * p["tiles_per_split"] >= 196 > (p["splits"] - 1) * p["tiles_per_split"]
@@ -250,7 +260,7 @@ def test_plan_splits_are_balanced_and_capped():
 
 
 def test_pack_layout_roundtrip():
-    cfg = dict(BLOCK_N=128, BLOCK_Q=32, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128, MIN_BLOCKS=1, MMA=0)
+    cfg = _cfg(BLOCK_Q=32)
     blob = S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5, 100, 5000, 768, 10, 40, 3, 1)
     assert len(blob) == S.SEARCH_PARAMS_BYTES == 88
     f = struct.unpack("<QQQQqqqiiiiiiii", blob)

@@ -181,8 +181,9 @@ D_WG = 200
                     reason="wgmma main loop: sm_90 only")
 @pytest.mark.parametrize("dt", ("float16", "bfloat16"))
 def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
-    """MMA=1 against the float64 rule for every metric, the exact tie rule on integer data, and bit-identical
-    results to the mma.sync main loop (the same products, fp32 accumulation in the same k order)."""
+    """MMA=1 against the float64 rule for every metric, the exact tie rule on integer data, and the mma.sync main
+    loop's results: the same indices, scores within 1e-6 (the same products; the tensor cores may order the fp32
+    accumulation differently)."""
     from tunelab.tuning.families.similarity import check_topk
 
     sim = _sim()

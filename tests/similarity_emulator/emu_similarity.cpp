@@ -3,7 +3,8 @@
 //
 // Build (one kernel instance per binary):
 //   g++ -std=c++17 -O1 -I shim -I ../emulator/shim -I ../emulator -I . -I <repo>/csrc/kernels
-//       -DEMU_TOPK=<DTYPE,METRIC,BN,BQ,BK,WN,WQ,ST,VEC,MERGE> emu_similarity.cpp ../emulator/emu_runtime.cpp
+//       -DEMU_TOPK=<DTYPE,METRIC,BN,BQ,BK,WN,WQ,ST,VEC,MERGE,EPI_ROWS,MIN_BLOCKS[,MMA]> emu_similarity.cpp \
+//       ../emulator/emu_runtime.cpp
 //   g++ ... -DEMU_GRAM=<DTYPE,TM,TN,TK,WM,WN,ST,VEC,SYM,MIRROR> ...
 // Run (top-k): ./a.out nq n d k splits chunks data seed land_late
 //   data 0: gaussian; 1: small integers (exact arithmetic, many exact ties: the tie rule is checked exactly);
@@ -152,9 +153,9 @@ int main(int argc, char** argv) {
     std::printf("RESULT skip k=%d > thread list capacity %d\n", k, thread_list_capacity(Tr::kMerge));
     return 0;
   }
-  // the merge variant for k, with thread lists (when k fits) for even seeds and shared lists for odd ones: the
-  // scenarios have too few candidates for the launcher's rule to pick thread lists
-  const int mkind = merge_kind(k, seed % 2 ? 1 : kMergeListsMinCandidates);
+  // the merge variant for k, with thread lists (when k fits) for even seeds and for 16 < k <= 32 (the 32-entry
+  // kind), shared lists otherwise: the scenarios have too few candidates for the launcher's rule to pick thread lists
+  const int mkind = merge_kind(k, seed % 2 == 0 || k > 16 ? kMergeListsMinCandidates : 1);
   auto run_merge = [&](const MergeParams& mp) {
     const int threads = 32 * merge_kind_warps(mkind), smem_bytes = static_cast<int>(merge_smem_bytes(mkind, k));
     const uint3_ grid{static_cast<unsigned>(nq), 1, 1};

@@ -130,7 +130,7 @@ def test_derived_values_become_log2_scaled_columns():
 
 def test_gp_with_derived_features_finds_a_ridge_optimum_sooner():
     """On a landscape set by a derived value (the ratio of two tiles), the gp sampler with derived features reaches
-    the optimum in fewer evaluations than without them, and both beat random search's expectation."""
+    the optimum in fewer evaluations than without them, and both need under a third of random search's expectation."""
     import optuna
 
     from tunelab.tuning.samplers import Codec
@@ -145,16 +145,17 @@ def test_gp_with_derived_features_finds_a_ridge_optimum_sooner():
     def evals_to_optimum(derived, seed):
         sampler = SurrogateSampler(codec, configs, seed=seed, n_startup=5, derived=derived)
         study = optuna.create_study(sampler=sampler)
-        for n in range(1, 80):
+        for n in range(1, len(configs) + 1):  # every config at most: the count is never capped
             trial = study.ask(codec.distributions())
             value = _ridge_latency(codec.decode(trial.params))
             study.tell(trial, value)
             if value <= best * 1.0001:
                 return n
-        return 80
+        return len(configs)
 
     with_derived = [evals_to_optimum(True, s) for s in range(5)]
     without = [evals_to_optimum(False, s) for s in range(5)]
     assert np.median(with_derived) < np.median(without), (with_derived, without)
     n_opt = sum(_ridge_latency(c) <= best * 1.0001 for c in configs)
-    assert np.median(without) < (len(configs) + 1) / (n_opt + 1), without
+    # random search's exact expectation is (N + 1) / (K + 1) = 147.5 here; the model must do far better
+    assert np.median(without) < (len(configs) + 1) / (n_opt + 1) / 3, without
