@@ -102,9 +102,9 @@ def main() -> int:
     tdtype = getattr(torch, args.dtype)
     study_variants = []
     if args.from_study:
-        import json
+        from tunelab.tuning.results import load_results
 
-        doc = json.loads(args.from_study.read_text())
+        doc = load_results(args.from_study)
         arms = [a for a in doc["confirmation"]["arms"] if a.get("kind") == "config" and not a.get("is_default")]
         study_variants = [(f"study {i + 1}", a["config"], None) for i, a in enumerate(arms)]
 

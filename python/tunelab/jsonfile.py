@@ -15,16 +15,19 @@ from tunelab.errors import ConfigError, TunelabError
 def read_json(path: str | os.PathLike, what: str, *, missing_hint: str = "", invalid_hint: str = "") -> Any:
     """The parsed content of ``path`` (``what`` names it in errors, e.g. ``"replay file"``).
 
-    Raises ConfigError when the file does not exist and TunelabError when it is not valid JSON (or not valid gzip),
-    each followed by the hint given for that case.
+    Raises ConfigError when the file does not exist, TunelabError when it cannot be read or is not valid JSON (or
+    not valid gzip), each followed by the hint given for that case.
     """
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{what} {str(p)!r} does not exist" + (f"; {missing_hint}" if missing_hint else ""))
     try:
         raw = p.read_bytes()
+    except OSError as exc:  # permissions, a directory, I/O: not a question of the content
+        raise TunelabError(f"{what} {str(p)!r} cannot be read ({exc}); check its permissions") from None
+    try:
         if p.suffix == ".gz":
-            raw = gzip.decompress(raw)
+            raw = gzip.decompress(raw)  # a corrupt gzip stream raises BadGzipFile (an OSError) or EOFError
         return json.loads(raw.decode())
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as exc:
         raise TunelabError(f"{what} {str(p)!r} is not valid JSON ({exc})" +

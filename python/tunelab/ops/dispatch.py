@@ -19,13 +19,12 @@ def device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
-def resolve(family: str | Callable[[], Any], device_index: int, problem: Mapping[str, Any], key: Hashable,
+def resolve(family: str, device_index: int, problem: Mapping[str, Any], key: Hashable,
             adapt: Callable[[dict], dict], default: Callable[[], dict]) -> tuple[dict, str]:
     """``(config, source)``: the stored config passed through ``adapt`` (source ``"store"``), or ``default()``
     (source ``"default"``) when there is none, it is stale, or ``adapt`` rejects it.
 
-    ``family``: the family name or a zero-argument callable returning the family object (imported lazily: the
-    tuner is optional at dispatch time). ``key`` starts with the op's name and holds every input that ``adapt``
+    ``family``: the family name (the store imports the family when it needs its bucket rule). ``key`` starts with the op's name and holds every input that ``adapt``
     and ``default`` read besides the stored entry (exact k, nq, ...) and the store bucket's inputs: the result is
     cached under it.
     """
@@ -40,8 +39,7 @@ def resolve(family: str | Callable[[], Any], device_index: int, problem: Mapping
         store = None
     if store is not None:
         try:
-            fam = family if isinstance(family, str) else family()
-            found = store.lookup(fam, device_name(device_index), problem)
+            found = store.lookup(family, device_name(device_index), problem)
         except TunelabError as exc:
             warnings.warn(f"the tuned-config store could not be read ({exc}); using the default config",
                           stacklevel=3)
@@ -50,7 +48,8 @@ def resolve(family: str | Callable[[], Any], device_index: int, problem: Mapping
             try:
                 cfg, source = adapt(found), "store"
             except TunelabError as exc:
-                warnings.warn(f"the stored config {found} does not fit this call ({exc}); using the default config",
+                warnings.warn(f"the stored config {found} does not fit this call ({exc}); using the default config "
+                              f"(re-tune this shape with `tunelab tune {family} ...` to store one that fits)",
                               stacklevel=3)
                 cfg = None
     if cfg is None:

@@ -62,11 +62,10 @@ GRAM_PARAM_CHOICES: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in _S.gra
 
 DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
 GRAM_DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "complex64": 3}
-SHORT_DTYPES = _dtypes.SHORT
-LONG_DTYPES = _dtypes.ALIASES
 METRICS = {"ip": 0, "cosine": 1, "l2": 2}
 MAX_K = 1024
-#: Merge kernel variants (:func:`_S.merge_kind`): thread lists of 16 and 32 entries, shared lists over 8 and 4 warps.
+#: Merge kernel variants (:func:`_S.merge_kind`): 0, 1 thread lists of 16 and 32 entries, 2, 3 shared lists over 8
+#: and 4 warps. Not the search's MERGE codes (there 0..2 are shared lists, 3 and 4 thread lists).
 MERGE_KINDS = (0, 1, 2, 3)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
@@ -136,10 +135,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     compiles without spills for sm_80 and sm_90 (tests check it).
     """
     from tunelab.kernel import current_arch
-    dt = LONG_DTYPES.get(dtype, dtype)
-    code = DTYPE_CODES.get(dt)
-    if code is None:
-        raise InputError(f"dtype {dtype!r} is not supported by similarity search; accepted: {list(DTYPE_CODES)}")
+    dt = _dtypes.canonical(dtype, DTYPE_CODES, "similarity search")
+    code = DTYPE_CODES[dt]
     eb = 4 if code == 2 else 2
     limit = smem_limit(arch or current_arch())
     # below ~200 KiB (sm_80: 163, sm_86/89: 99) the 256-row tile keeps only 2 stages and ptxas spills its 112
@@ -177,7 +174,7 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
     memory for ``k`` and ``metric`` fits ``limit`` bytes (the default metric is the most demanding one: cosine
     and l2 keep the tile's row norms). A wgmma config (``MMA=1``) keeps STAGES >= 3 and switches to ``MMA=0``
     before BLOCK_K and BLOCK_N."""
-    code = DTYPE_CODES[LONG_DTYPES.get(dtype, dtype)]
+    code = DTYPE_CODES[_dtypes.canonical(dtype, DTYPE_CODES, "similarity search")]
     mcode = METRICS[metric]
     cfg = canonical_config(config)
     eb = 4 if code == 2 else 2
@@ -243,9 +240,7 @@ def default_gram_config(dtype: str = "complex64", symmetric: bool = True) -> dic
     fp16/bf16 take 64-element slices (128 bytes), fp32 32, complex64 16 complex = 32 floats; complex keeps two
     accumulator sets (real and imaginary parts), so its warps own 32 x 32 as well.
     """
-    dt = LONG_DTYPES.get(dtype, dtype)
-    if dt not in GRAM_DTYPE_CODES:
-        raise InputError(f"dtype {dtype!r} is not supported by gram; accepted: {list(GRAM_DTYPE_CODES)}")
+    dt = _dtypes.canonical(dtype, GRAM_DTYPE_CODES, "gram")
     tk = 64 if dt in ("float16", "bfloat16") else 32
     return dict(TILE_M=64, TILE_N=64, TILE_K=tk, WARPS_M=2, WARPS_N=2, STAGES=3, VEC=16)
 
@@ -408,7 +403,7 @@ _COMPILED_LOCK = threading.Lock()
 
 def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric: str = "ip", arch: str | None = None,
                    use_cache: bool = True) -> CompiledSearch:
-    """Compile the search config (and both merge kernels) with NVRTC for ``arch``, once per process.
+    """Compile the search config (and every merge-kernel variant, :data:`MERGE_KINDS`) with NVRTC for ``arch``, once per process.
 
     The launcher's shared-memory formula is passed as ``TUNELAB_EXPECTED_SMEM``; the kernel static_asserts that
     its own layout needs exactly that. Raises ConfigError for an invalid config, CompileError when NVRTC fails.
@@ -417,9 +412,7 @@ def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric:
     from tunelab.kernel import current_arch
     from tunelab.paths import kernels_dir
 
-    dt = LONG_DTYPES.get(dtype, dtype)
-    if dt not in DTYPE_CODES:
-        raise InputError(f"dtype {dtype!r} is not supported by similarity search; accepted: {list(DTYPE_CODES)}")
+    dt = _dtypes.canonical(dtype, DTYPE_CODES, "similarity search")
     if metric not in METRICS:
         raise InputError(f"metric={metric!r} is not accepted; use one of {list(METRICS)}")
     cfg = canonical_config(config)
@@ -523,9 +516,7 @@ def compile_gram(config: Mapping[str, Any], *, dtype: str = "complex64", symmetr
     from tunelab.kernel import current_arch
     from tunelab.paths import kernels_dir
 
-    dt = LONG_DTYPES.get(dtype, dtype)
-    if dt not in GRAM_DTYPE_CODES:
-        raise InputError(f"dtype {dtype!r} is not supported by gram; accepted: {list(GRAM_DTYPE_CODES)}")
+    dt = _dtypes.canonical(dtype, GRAM_DTYPE_CODES, "gram")
     if mirror and not symmetric:
         raise InputError("mirror=True applies to symmetric=True only (the full product already writes both halves)")
     cfg = canonical_gram_config(config)
@@ -615,14 +606,8 @@ def validate_search_inputs(queries, corpus, k, metric):
 # ------------------------------------------------------------------------------------------- config resolution
 def problem_of(nq: int, n: int, d: int, k: int, dtype: str, metric: str) -> dict:
     """The problem dict of the similarity family (what the tuner and the store key on)."""
-    return {"nq": int(nq), "n": int(n), "d": int(d), "k": int(k), "dtype": SHORT_DTYPES[LONG_DTYPES[dtype]],
+    return {"nq": int(nq), "n": int(n), "d": int(d), "k": int(k), "dtype": _dtypes.short_name(dtype),
             "metric": metric}
-
-
-def _similarity_family():
-    from tunelab.tuning.families.similarity import SimilarityFamily
-
-    return SimilarityFamily()
 
 
 def resolve_config(device_index: int, *, nq: int, n: int, d: int, k: int, dtype: str, metric: str) -> tuple[dict, str]:
@@ -632,12 +617,11 @@ def resolve_config(device_index: int, *, nq: int, n: int, d: int, k: int, dtype:
     keys on them and on the store bucket's n."""
     from tunelab.tuning.family import next_pow2
 
-    arch = _arch(device_index)
-    return _dispatch.resolve(
-        _similarity_family, device_index, problem_of(nq, n, d, k, dtype, metric),
+    return _dispatch.resolve(  # the arch is looked up only on a cache miss, inside the callables
+        "similarity", device_index, problem_of(nq, n, d, k, dtype, metric),
         ("search", int(nq), next_pow2(n), int(d), int(k), dtype, metric),
-        lambda found: fit_config(found, k, dtype, smem_limit(arch), metric),
-        lambda: default_config(nq, k, dtype, d, arch=arch))
+        lambda found: fit_config(found, k, dtype, smem_limit(_arch(device_index)), metric),
+        lambda: default_config(nq, k, dtype, d, arch=_arch(device_index)))
 
 
 def clear_caches() -> None:
@@ -832,12 +816,6 @@ def _gram_into(states, out, symmetric: bool, mirror: bool, config: str) -> None:
     compiled.launch(x, out)
 
 
-def _gram_family():
-    from tunelab.tuning.families.gram import GramFamily
-
-    return GramFamily()
-
-
 def _resolve_gram(x, dt: str, symmetric: bool) -> dict:
     from tunelab.tuning.family import next_pow2
 
@@ -848,8 +826,8 @@ def _resolve_gram(x, dt: str, symmetric: bool) -> dict:
         _S.gram_validate(cfg, GRAM_DTYPE_CODES[dt], bool(symmetric))
         return cfg
 
-    cfg, _ = _dispatch.resolve(_gram_family, _device_index(x),
-                               {"n": n, "dim": dim, "dtype": SHORT_DTYPES[dt], "symmetric": bool(symmetric)},
+    cfg, _ = _dispatch.resolve("gram", _device_index(x),
+                               {"n": n, "dim": dim, "dtype": _dtypes.short_name(dt), "symmetric": bool(symmetric)},
                                ("gram", next_pow2(n), dim, dt, bool(symmetric)), adapt,
                                lambda: default_gram_config(dt, symmetric))
     return cfg
@@ -912,7 +890,7 @@ def search_unfused(queries, corpus, k: int, *, gemm_config: Mapping[str, Any] | 
     dev = _device_index(queries)
     gemm = compile_gram(cfg, dtype=dt, symmetric=False, mirror=False, epilogue=1, arch=_arch(dev))
     merge = compile_search(default_config(nq, k, dt, d, arch=_arch(dev)), dtype=dt, metric="ip", arch=_arch(dev))
-    lists = 8  # row segments of the dense matrix (any count works: one per warp of the 8-warp shared-list merge)
+    lists = 8  # row segments of the dense matrix (any count works for either merge variant)
     list_len = -(-n // lists)
     ws = workspace if workspace is not None else {}
     key = (nq, n, k, dt)

@@ -112,7 +112,10 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
     """
     t_total = time.perf_counter()
     if isinstance(sampler, str):
-        check_sampler_name(sampler)
+        sampler = check_sampler_name(sampler)
+    if local_every is not None and (not isinstance(local_every, int) or local_every == 1 or local_every < 0):
+        raise ConfigError(f"local_every={local_every!r} is not accepted; give 0 (no local search) or an integer "
+                          ">= 2 (one proposal in that many is a local-search one; default 3 with TPE)")
     for name, value, lo in (("trials", trials, 1), ("seed_trials", seed_trials, 0), ("top_k", top_k, 1),
                             ("confirm_rounds", confirm_rounds, 3)):
         if not isinstance(value, int) or value < lo:
@@ -154,9 +157,6 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
         sampler = resolve_sampler(sampler, None if valid_pool is None else len(valid_pool))
     if local_every is None:
         local_every = 3 if sampler == "tpe" else 0
-    if not isinstance(local_every, int) or local_every == 1 or local_every < 0:
-        raise ConfigError(f"local_every={local_every!r} is not accepted; give 0 (no local search) or an integer "
-                          ">= 2 (one proposal in that many is a local-search one; default 3 with TPE)")
     if isinstance(sampler, str):
         sampler_obj = make_sampler(sampler, codec, seed=seed, valid_configs=valid_pool, n_trials=trials)
     else:  # a user's own optuna sampler

@@ -47,9 +47,12 @@ def check_sampler_name(name: str) -> str:
     return lowered
 
 
-def _needs_listed_configs(name: str) -> ConfigError:
+def _needs_listed_configs(name: str, codec: Codec) -> ConfigError:
+    from tunelab.tuning.api import MAX_ENUMERATED
+
     return ConfigError(f"the {name} sampler chooses among every valid config, which are listed only for spaces up to "
-                       "tunelab.tuning.api.MAX_ENUMERATED configs: use sampler='tpe' (or 'auto'), or narrow the space")
+                       f"{MAX_ENUMERATED:,} configs; {codec.space.name!r} has {codec.space.size():,}: use "
+                       "sampler='tpe' (or 'auto'), or narrow the space")
 
 
 class Codec:
@@ -142,7 +145,7 @@ class ValidGridSampler(BaseSampler):
 
 def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs: Sequence[Config] | None = None,
                  n_trials: int | None = None) -> BaseSampler:
-    """The sampler called ``name`` (one of :data:`SAMPLERS`), seeded."""
+    """The sampler called ``name`` (one of :data:`SAMPLERS`, ``auto`` resolved by :func:`resolve_sampler`), seeded."""
     name = resolve_sampler(check_sampler_name(name), None if valid_configs is None else len(valid_configs))
     if name == "tpe":
         with warnings.catch_warnings():
@@ -153,7 +156,7 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
         if valid_configs is None:
-            raise _needs_listed_configs(name)
+            raise _needs_listed_configs(name, codec)
         return ValidGridSampler(codec, list(valid_configs), seed=seed)
     if name == "cmaes":
         try:
@@ -167,7 +170,7 @@ def make_sampler(name: str, codec: Codec, seed: int | None = None, valid_configs
                                                 n_startup_trials=1)
     if name == "gp":
         if valid_configs is None:
-            raise _needs_listed_configs(name)
+            raise _needs_listed_configs(name, codec)
         from tunelab.tuning.surrogate import SurrogateSampler
 
         return SurrogateSampler(codec, valid_configs, seed=seed)

@@ -97,8 +97,17 @@ def attention_bucket(problem: Mapping[str, Any]) -> dict:
 
 
 def bucket_of(family: TunableFamily | str, problem: Any) -> dict:
-    """The store bucket of a problem (family's ``store_key``, attention's rule for the attention family)."""
+    """The store bucket of a problem: the family's own ``store_key`` (a name is looked up with ``get_family``),
+    attention's rule for the attention family (on the problem as given: the keys stored entries have), the generic
+    rule (integers to the next power of two) otherwise."""
     fam = family if isinstance(family, TunableFamily) else None
+    if isinstance(family, str):
+        try:
+            named = get_family(family)
+        except ConfigError:  # no family by that name here
+            named = None
+        if named is not None and type(named).store_key is not TunableFamily.store_key:
+            fam = named
     name = family if isinstance(family, str) else getattr(family, "name", "")
     pdict = fam.problem_dict(problem) if fam is not None else problem_to_dict(problem)
     if name == "attention" and (fam is None or type(fam).store_key is TunableFamily.store_key):

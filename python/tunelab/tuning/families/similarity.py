@@ -143,7 +143,7 @@ def launcher_accepts_wgmma(dtype: str, metric: str) -> Callable[[Mapping[str, An
     WARPS_Q = 1, WARPS_N 4 or 8, STAGES >= 3): the launcher's own check (``topk_validate``), whose ConfigError
     names the broken rule and becomes the rejection's reason. ``MMA=0`` configs pass."""
     ops = _ops()
-    dtype_code, metric_code = ops.DTYPE_CODES[ops.LONG_DTYPES[dtype]], ops.METRICS[metric]
+    dtype_code, metric_code = ops.DTYPE_CODES[long_name(dtype)], ops.METRICS[metric]
 
     def accepts(c: Mapping[str, Any]) -> bool:
         if c["MMA"] == 1:
@@ -414,7 +414,7 @@ class SimilarityFamily(TunableFamily):
         return out
 
     def compile(self, config: Config, problem: Any, arch: str) -> CompiledCandidate:
-        """Compile the search kernel and both merge kernels for the problem's dtype and metric (``compile_search``)."""
+        """Compile the search kernel and the merge kernels for the problem's dtype and metric (``compile_search``)."""
         p = as_problem(problem)
         cs = _ops().compile_search(config, dtype=p.torch_dtype, metric=p.metric, arch=arch)
         return CompiledCandidate(resources=cs.resources, threads=cs.threads, smem_bytes=cs.smem_bytes(p.k), arch=arch,
