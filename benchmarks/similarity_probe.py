@@ -22,6 +22,9 @@ benchmarks/results/similarity_probe.json with the environment fingerprint; a tab
   python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
       --from-study benchmarks/results/tune_similarity_1x10000000x768x10_fp32.json   # a study's configs elsewhere
 
+``--variants tma`` probes the TMA-fed wgmma main loop (MMA=2) into similarity_probe_tma.json. Every row also
+records the fraction of its indices equal to the default variant's (1.0 expected: the same products).
+
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
 benchmarks/results/similarity_probe_wgmma.json instead; ``--variants merge`` the running top-k strategies (thread
 lists, MERGE 3 and 4, against the shared lists merged by a warp, MERGE 0..2) on the default tiling, into
@@ -51,6 +54,17 @@ def wgmma_variants(nq: int) -> list[tuple[str, dict, int | None]]:
         v.append((f"wg BN={bn},WN={wn},S={st},E={epi}",
                   {**wg, "BLOCK_N": bn, "WARPS_N": wn, "STAGES": st, "EPI_ROWS": epi}, None))
     v.append(("wg BN=128,WN=8,S=4 2x", {**wg, "BLOCK_N": 128, "WARPS_N": 8, "STAGES": 4, "EPI_ROWS": 128}, 264))
+    return v
+
+
+def tma_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """The TMA-fed wgmma main loop (MMA=2: a producer warp, mbarrier ring) against the default (MMA=1): the same
+    tiling, deeper rings, and 256-row tiles (half the query bytes per corpus row)."""
+    tma = {"MMA": 2, "BLOCK_K": 64, "WARPS_Q": 1, "WARPS_N": 8}
+    v = [("default", {}, None), ("tma same tiling", {"MMA": 2}, None)]
+    for bn, st, epi in ((128, 5, 128), (256, 4, 64), (256, 3, 128), (256, 3, 64)):
+        v.append((f"tma BN={bn},S={st},E={epi}", {**tma, "BLOCK_N": bn, "STAGES": st, "EPI_ROWS": epi}, None))
+    v.append(("tma BN=256,S=4,E=64,M2", {**tma, "BLOCK_N": 256, "STAGES": 4, "EPI_ROWS": 64, "MERGE": 2}, None))
     return v
 
 
@@ -91,9 +105,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
-    ap.add_argument("--variants", choices=("sync", "wgmma", "merge", "all"), default="sync",
-                    help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; merge: the running "
-                         "top-k strategies (MERGE); all: sync and wgmma")
+    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "merge", "all"), default="sync",
+                    help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
+                         "merge: the running top-k strategies (MERGE); all: sync and wgmma")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     ap.add_argument("--from-study", type=Path, default=None,
                     help="a tuning results JSON (tune_seed.py --family similarity): its confirmed configs are added "
@@ -118,6 +132,8 @@ def main() -> int:
             return wgmma_variants(nq)
         if args.variants == "merge":
             return merge_variants(nq)
+        if args.variants == "tma":
+            return tma_variants(nq)
         return variants(nq) + wgmma_variants(nq)[1:]
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 
@@ -134,6 +150,7 @@ def main() -> int:
         if not args.ncu:
             torch_us = summarize(time_callable(lambda: torch.topk(queries @ corpus.T, K, dim=1), samples=30))
         base = S.default_config(nq, K, args.dtype, D)
+        base_idx = None  # the default's indices: every variant must return the same (the same products and order)
         for name, over, splits in variant_list(nq):
             try:
                 cfg = S.fit_config({**base, **over}, K, args.dtype, S.smem_limit(arch), "ip")
@@ -154,6 +171,12 @@ def main() -> int:
                 torch.cuda.synchronize()
                 print(f"launched {name}: grid {plan['q_tiles']}x{plan['splits']}", flush=True)
                 continue
+            p_search(stream)
+            p_merge(stream)
+            torch.cuda.synchronize()
+            if base_idx is None:
+                base_idx = ix.clone()
+            agreement = float((ix == base_idx).float().mean())
             samples = 30 if n >= 1_000_000 else 100
             t_search = summarize(time_callable(p_search, samples=samples))
             t_zero = summarize(time_callable(p_zero, samples=samples))
@@ -165,11 +188,11 @@ def main() -> int:
                          "tiles_per_split": plan["tiles_per_split"], "registers": res.registers,
                          "blocks_per_sm": comp.blocks_per_sm(dev, K), "search_us": t_search,
                          "mainloop_us": t_zero, "merge_us": t_merge, "merge_shared_us": t_merge_shared,
-                         "torch_us": torch_us})
+                         "torch_us": torch_us, "index_agreement_with_default": agreement})
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "
                   f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} "
-                  f"merge {t_merge['median']:>7.1f} ({t_merge_shared['median']:.1f}) torch {torch_us['median']:>9.1f}",
-                  flush=True)
+                  f"merge {t_merge['median']:>7.1f} ({t_merge_shared['median']:.1f}) torch {torch_us['median']:>9.1f} "
+                  f"agree {agreement:.4f}", flush=True)
         corpus = queries = zeros = None
         torch.cuda.empty_cache()
     if args.ncu:
@@ -181,14 +204,15 @@ def main() -> int:
                                "from_study": str(args.from_study) if args.from_study else None})
     print(f"wrote {path}")
     print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'epilogue':>9} {'merge':>7} {'shared':>7} "
-          f"{'torch':>9}")
+          f"{'torch':>9} {'agree':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} error: {r['error'][:60]}")
             continue
         s, m = r["search_us"]["median"], r["mainloop_us"]["median"]
         print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} {s:>9.1f} {m:>9.1f} {s - m:>9.1f} "
-              f"{r['merge_us']['median']:>7.1f} {r['merge_shared_us']['median']:>7.1f} {r['torch_us']['median']:>9.1f}")
+              f"{r['merge_us']['median']:>7.1f} {r['merge_shared_us']['median']:>7.1f} {r['torch_us']['median']:>9.1f} "
+              f"{r['index_agreement_with_default']:>6.4f}")
     return 0
 
 

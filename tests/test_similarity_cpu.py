@@ -187,6 +187,14 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     with pytest.raises(ConfigError, match="needs an sm_90"):
         sim.compile_search(wg, dtype="float16", arch="sm_80")
     assert sim.compile_arch(wg, "sm_90") == "sm_90a" and sim.compile_arch(dict(wg, MMA=0), "sm_80") == "sm_80"
+    # MMA=2 (TMA producer): any STAGES from 2, MIN_BLOCKS = 1 (setmaxnreg), one launch warpgroup more
+    tma = dict(wg, MMA=2, STAGES=2)
+    assert space.check(tma)[0] and sim.compile_arch(tma, "sm_90") == "sm_90a"
+    assert S.topk_threads(tma) == S.topk_threads(wg) + 128
+    assert S.topk_static_smem_bytes(tma, 0, 0) == S.topk_static_smem_bytes(dict(tma, MMA=0), 0, 0) + 32
+    rej = space.rejection(dict(tma, MIN_BLOCKS=2))
+    assert rej is not None and "MIN_BLOCKS=1" in rej.detail
+    assert [r.code for r in fam.static_gates(dict(small, MMA=2), prob, arch="sm_80")] == ["static.arch"]
     legacy = {k: v for k, v in wg.items() if k != "MMA"}
     assert sim.canonical_config(legacy)["MMA"] == 0
     # fit_config keeps the wgmma rules while shrinking (k = 256 needs 458 KiB of lists at 112 queries)
@@ -206,7 +214,14 @@ def test_wgmma_configs_compile_unserialized_without_spills():
             (dict(BLOCK_N=128, BLOCK_Q=128, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=4, VEC=16, MERGE=2, EPI_ROWS=128,
                   MIN_BLOCKS=1, MMA=1), "bfloat16", "cosine"),
             (dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=64,
-                  MIN_BLOCKS=1, MMA=1), "float16", "l2")):
+                  MIN_BLOCKS=1, MMA=1), "float16", "l2"),
+            # MMA=2: 256-row tiles with thread lists need the producer's registers (112 accumulators + the lists)
+            (dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=4, VEC=16, MERGE=3, EPI_ROWS=64,
+                  MIN_BLOCKS=1, MMA=2), "float16", "ip"),
+            (dict(BLOCK_N=256, BLOCK_Q=128, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=3, EPI_ROWS=128,
+                  MIN_BLOCKS=1, MMA=2), "bfloat16", "l2"),
+            (dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=2, VEC=16, MERGE=2, EPI_ROWS=64,
+                  MIN_BLOCKS=1, MMA=2), "float16", "cosine")):
         cs = sim.compile_search(cfg, dtype=dt, metric=metric, arch="sm_90", use_cache=False)
         r = cs.resources
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (cfg, r)
@@ -262,8 +277,10 @@ def test_plan_splits_are_balanced_and_capped():
 def test_pack_layout_roundtrip():
     cfg = _cfg(BLOCK_Q=32)
     blob = S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5, 100, 5000, 768, 10, 40, 3, 1)
-    assert len(blob) == S.SEARCH_PARAMS_BYTES == 88
-    f = struct.unpack("<QQQQqqqiiiiiiii", blob)
+    # MMA=2's two tensor maps (128 bytes each, zeros for other configs), the fields, padding to 64-byte alignment
+    assert len(blob) == S.SEARCH_PARAMS_BYTES == 384
+    assert blob[:256] == bytes(256) and blob[344:] == bytes(40)
+    f = struct.unpack("<QQQQqqqiiiiiiii", blob[256:344])
     assert f[:7] == (0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5)
     assert f[7:14] == (100, 5000, 768, 10, 40, 3, 1)
     with pytest.raises(InputError, match="VEC=16"):  # 100-element fp16 rows are 8-byte multiples only

@@ -166,13 +166,21 @@ def test_results_do_not_depend_on_config_or_splits():
         assert torch.equal(i, base_i) and torch.equal(s, base_s), splits
 
 
-#: wgmma main loop (MMA=1) configs: two warpgroups with two m64 blocks each, one warpgroup with one; D_WG gives
+#: wgmma main loop (MMA=1, 2) configs: two warpgroups with two m64 blocks each, one warpgroup with one; D_WG gives
 #: 4 slices of 64 elements per tile, the last one short (an MMA group is in flight across every refill barrier)
 _WGMMA = [
     dict(BLOCK_N=256, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
          MIN_BLOCKS=1, MMA=1),
     dict(BLOCK_N=64, BLOCK_Q=16, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=4, VEC=8, MERGE=0, EPI_ROWS=128,
          MIN_BLOCKS=1, MMA=1),
+    # MMA=2 (the TMA producer warp): a 2-stage ring (every slice waits for its refill), 256-row tiles over two
+    # passes, thread lists with 6 stages
+    dict(BLOCK_N=64, BLOCK_Q=16, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=2, VEC=8, MERGE=0, EPI_ROWS=128,
+         MIN_BLOCKS=1, MMA=2),
+    dict(BLOCK_N=256, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=64,
+         MIN_BLOCKS=1, MMA=2),
+    dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=6, VEC=16, MERGE=3, EPI_ROWS=64,
+         MIN_BLOCKS=1, MMA=2),
 ]
 D_WG = 200
 
@@ -181,7 +189,7 @@ D_WG = 200
                     reason="wgmma main loop: sm_90 only")
 @pytest.mark.parametrize("dt", ("float16", "bfloat16"))
 def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
-    """MMA=1 against the float64 rule for every metric, the exact tie rule on integer data, and the mma.sync main
+    """MMA=1 and 2 against the float64 rule for every metric, the exact tie rule on integer data, and the mma.sync main
     loop's results: the same indices, scores within 1e-6 (the same products; the tensor cores may order the fp32
     accumulation differently)."""
     from tunelab.tuning.families.similarity import check_topk
@@ -206,6 +214,25 @@ def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
     for cfg in _WGMMA:
         s, i = sim.similarity_search(qi, ci, 16, metric="ip", config=cfg)
         assert torch.equal(i, order), cfg
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="TMA main loop: sm_90 only")
+def test_tma_main_loop_needs_16_byte_rows():
+    """MMA=2 reads rows through TMA: an explicit MMA=2 config on rows that are not 16-byte multiples (d = 100 fp16:
+    200 bytes) is an InputError naming the rule; the default config falls back to MMA=1 there and gives the same
+    answer as the mma.sync main loop."""
+    from tunelab.errors import InputError
+
+    sim = _sim()
+    q, c = _inputs("float16", d=100, seed=3)
+    cfg = dict(sim.fit_config(sim.default_config(NQ, 10, "float16", 100), 10, "float16"), VEC=8)
+    assert cfg["MMA"] == 2
+    with pytest.raises(InputError, match="MMA=2"):
+        sim.similarity_search(q, c, 10, config=cfg)
+    s, i = sim.similarity_search(q, c, 10)
+    s0, i0 = sim.similarity_search(q, c, 10, config=dict(cfg, MMA=0, BLOCK_K=64, WARPS_Q=2, WARPS_N=4))
+    assert torch.equal(i, i0)
 
 
 def test_nan_rows_never_enter():

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "core/tma_desc.h"
 #include "launchers/args.h"
 #include "launchers/config.h"
 #include "kernels/similarity/params.cuh"
@@ -54,7 +55,7 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"MERGE", {0, 1, 2, 3, 4}},      // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32)
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
-            {"MMA", {0, 1}},                 // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles (sm_90a)
+            {"MMA", {0, 1, 2}},              // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA (sm_90a)
         };
         std::vector<long long> q;
         for (int b = 8; b <= 128; b += 8) q.push_back(b);  // queries per block (MMA N side, n8 steps)
@@ -86,16 +87,16 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     const int warps = c.warps_n * c.warps_q;
     if (warps < 2 || warps > 16)
         bad(fam, "WARPS_N * WARPS_Q = " + std::to_string(warps) + " warps; a block has 2 to 16 warps");
-    if (c.min_blocks * c.threads() > 2048)
-        bad(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.threads()) +
+    if (c.min_blocks * c.launch_threads() > 2048)
+        bad(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.launch_threads()) +
                      " threads exceeds 2048 threads per SM");
     if (c.merge >= 3 && c.threads() < c.block_q)
         bad(fam, "MERGE=" + std::to_string(c.merge) + " (thread lists) needs a thread per query column: " +
                      std::to_string(c.threads()) + " threads < BLOCK_Q=" + std::to_string(c.block_q) +
                      "; use more warps, a smaller BLOCK_Q or MERGE 0..2");
-    if (c.mma == 1) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
+    if (c.mma >= 1) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
                        // BLOCK_N % (16 x WARPS_N), checked above)
-        const std::string why = "MMA=1 (wgmma warpgroup tiles) needs ";
+        const std::string why = "MMA=" + std::to_string(c.mma) + " (wgmma warpgroup tiles) needs ";
         if (dtype == 2) bad(fam, why + "fp16 or bf16 inputs; fp32 (3xTF32) runs on MMA=0");
         if (row_bytes != 128)
             bad(fam, why + "128-byte row slices (BLOCK_K=64 for 16-bit inputs), the SWIZZLE_128B atom; BLOCK_K=" +
@@ -103,9 +104,12 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
         if (c.warps_q != 1 || (c.warps_n != 4 && c.warps_n != 8))
             bad(fam, why + "WARPS_Q=1 and WARPS_N 4 or 8 (one or two warpgroups along the corpus rows); got WARPS_N=" +
                          std::to_string(c.warps_n) + ", WARPS_Q=" + std::to_string(c.warps_q));
-        if (c.stages < 3)
+        if (c.mma == 1 && c.stages < 3)
             bad(fam, why + "STAGES >= 3 (one slice stays in flight on the tensor cores); got STAGES=" +
                          std::to_string(c.stages));
+        if (c.mma == 2 && c.min_blocks != 1)
+            bad(fam, why + "MIN_BLOCKS=1: its MMA warps take the producer's registers (setmaxnreg), sized for one "
+                           "block per SM; got MIN_BLOCKS=" + std::to_string(c.min_blocks));
     }
     return c;
 }
@@ -133,7 +137,8 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const long long bars = thread_lists ? tunelab::sim::thread_list_parts(c.threads(), c.block_q) * c.block_q * 4LL
                                         : c.block_q * 16LL;
     const long long meta = bars + c.warps_n * c.block_q * 4LL;  // + the pre-check's hit flags
-    return c.stages * stage + score + scratch + norms + meta;
+    const long long mbarriers = c.mma == 2 ? 16LL * c.stages : 0;  // full[] and empty[] of the TMA ring
+    return c.stages * stage + score + scratch + norms + meta + mbarriers;
 }
 
 long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {
@@ -146,7 +151,7 @@ long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {
 
 int topk_threads(const Config& config) {
     auto v = checked("similarity", config, topk_param_names(), topk_param_choices());
-    return 32 * v["WARPS_N"] * v["WARPS_Q"];
+    return 32 * v["WARPS_N"] * v["WARPS_Q"] + (v["MMA"] == 2 ? 128 : 0);
 }
 
 std::string topk_name_expression(const Config& config, int dtype, int metric) {
@@ -231,6 +236,12 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                          std::to_string(cand_idx % 4) + " of a 4-byte word) must be 4-byte aligned: pass float32/int32 "
                          "tensors");
     tunelab::sim::SearchParams p{};
+    if (c.mma == 2) {  // TMA boxes: one slice of BLOCK_Q query rows / BLOCK_N corpus rows
+        const auto tq = encode_tma_2d_16bit(queries, dtype == 1, nq, d, q_stride * 2, c.block_q, c.block_k);
+        const auto tc = encode_tma_2d_16bit(corpus, dtype == 1, n, d, c_stride * 2, c.block_n, c.block_k);
+        std::memcpy(p.tma_queries, tq.data(), sizeof p.tma_queries);
+        std::memcpy(p.tma_corpus, tc.data(), sizeof p.tma_corpus);
+    }
     p.queries = reinterpret_cast<const void*>(queries);
     p.corpus = reinterpret_cast<const void*>(corpus);
     p.cand_key = reinterpret_cast<float*>(cand_key);

@@ -29,7 +29,8 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices();
 
 struct TopkConfig {
     int block_n, block_q, block_k, warps_n, warps_q, stages, vec, merge, epi_rows_param, min_blocks, mma;
-    int threads() const { return 32 * warps_n * warps_q; }
+    int threads() const { return 32 * warps_n * warps_q; }  // the MMA / top-k warps
+    int launch_threads() const { return threads() + (mma == 2 ? 128 : 0); }  // + MMA=2's TMA producer warpgroup
     int epi_rows() const { return block_n < epi_rows_param ? block_n : epi_rows_param; }
 };
 
@@ -40,7 +41,7 @@ void topk_check_k(const TopkConfig& c, long long k);
 // Shared memory without the per-query lists (= TopkTraits::kStaticSmemBytes), and with them for k.
 long long topk_static_smem_bytes(const Config& config, int dtype, int metric);
 long long topk_smem_bytes(const Config& config, int dtype, int metric, int k);
-int topk_threads(const Config& config);
+int topk_threads(const Config& config);  // threads per block at launch
 std::string topk_name_expression(const Config& config, int dtype, int metric);
 
 struct TopkPlan {

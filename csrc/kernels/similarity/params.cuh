@@ -1,7 +1,7 @@
 // Kernel parameter blocks of the similarity family, passed by value (__grid_constant__).
 // Compiled by both NVRTC (kernels) and the host compiler (csrc/launchers/similarity.cpp packs them), so this
 // header includes nothing and uses only types whose layout the two agree on. 8-byte fields come first so that
-// the structs have no hidden padding between fields.
+// the structs have no hidden padding between fields (the 64-byte aligned tensor maps come before them).
 #pragma once
 
 namespace tunelab {
@@ -19,7 +19,11 @@ enum : int { kIP = 0, kCosine = 1, kL2 = 2 };
 // [s * tiles_per_split, min((s + 1) * tiles_per_split, num_tiles)) and writes its per-query candidate list
 // (k entries, best first; missing entries key = -inf, idx = -1) to list (list_offset + s) of cand_key/cand_idx,
 // laid out [list][nq][k].
-struct SearchParams {
+// MMA=2 (TMA producer) reads the queries and the corpus through tensor maps the launcher encodes (zeros elsewhere):
+// 2-D, 16-bit elements, boxes of 64 columns x BLOCK_Q / BLOCK_N rows, 128-byte swizzle (CUtensorMap's bytes).
+struct alignas(64) SearchParams {
+  unsigned long long tma_queries[16];
+  unsigned long long tma_corpus[16];
   const void* queries;   // [nq][d], row stride q_stride elements
   const void* corpus;    // [n][d], row stride c_stride elements
   float* cand_key;

@@ -40,6 +40,9 @@
 // candidate list.
 #pragma once
 
+#include "common/mbarrier.cuh"
+#include "common/setmaxnreg.cuh"
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "similarity/mma_tile.cuh"
 #include "similarity/thread_topk.cuh"
@@ -249,6 +252,15 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 //     (prefetch distance STAGES - 2, STAGES >= 3). 16-bit inputs with 128-byte row slices (BLOCK_K = 64).
 //     The accumulators have mma.sync's fragment layout: warp q of a warpgroup holds rows 16q + g (+8) of each
 //     m64 block, so the epilogue is shared; only the row of (mt, h) differs (row_of()).
+//   2 (wgmma with a TMA producer, sm_90a): the tiles and MMAs of 1, but the slices are fetched by one extra
+//     warpgroup (the last), whose first lane issues a TMA copy per operand and slice (tensor maps in SearchParams)
+//     into a STAGES-deep ring guarded by mbarriers: full[s] completes when both copies of stage s have landed,
+//     empty[s] when every MMA warp has finished with it (each warp arrives after its wgmma group is done). The MMA
+//     warps never wait for each other in the main loop (no block barrier per slice, as 0 and 1 need for their
+//     cp.async ring), and the producer keeps up to STAGES slices in flight, also while the MMA warps run the top-k
+//     epilogue, which synchronizes only them (named barrier 1). With two MMA warpgroups the producer's registers
+//     go to them (setmaxnreg: 24 and 240 per thread instead of 168 each), room for 256-row tiles' 112
+//     accumulators next to thread lists.
 template <int DTYPE_, int METRIC_, int BLOCK_N_, int BLOCK_Q_, int BLOCK_K_, int WARPS_N_, int WARPS_Q_, int STAGES_,
           int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1, int MMA_ = 0>
 struct TopkTraits {
@@ -264,10 +276,16 @@ struct TopkTraits {
   static constexpr int kMerge = MERGE_;
   static constexpr int kMinBlocks = MIN_BLOCKS_;  // __launch_bounds__ minimum: 2 caps registers for 2 blocks/SM
   static constexpr int kMma = MMA_;
-  static constexpr bool kWgmma = MMA_ == 1;
-  static constexpr int kWarps = kWarpsN * kWarpsQ;
+  static constexpr bool kWgmma = MMA_ >= 1;
+  static constexpr bool kTmaProducer = MMA_ == 2;
+  static constexpr int kWarps = kWarpsN * kWarpsQ;  // the MMA (and top-k) warps
   static constexpr int kWarpgroups = kWarps / 4;  // wgmma path (kWarps is 4 or 8 there)
   static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kLaunchThreads = kThreads + (kTmaProducer ? 128 : 0);  // + the producer warpgroup
+  // MMA=2 with two MMA warpgroups: registers per thread after the reconfiguration (128 x 24 + 256 x 240 = 384 x 168,
+  // the launch's allocation)
+  static constexpr bool kMoveRegisters = kTmaProducer && kWarps == 8;
+  static constexpr int kProducerRegs = 24, kMmaRegs = 240;
   static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
   static constexpr int kRowBytes = kBlockK * kElemBytes;  // one pipeline slice of a row
   static constexpr int kKSteps = kRowBytes / 32;
@@ -308,7 +326,10 @@ struct TopkTraits {
   // pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer each: lane g == 0 of a quad column group in warp
   // row warp_n)
   static constexpr int kMetaBytes = (kThreadLists ? kParts * kBlockQ * 4 : kBlockQ * 16) + kWarpsN * kBlockQ * 4;
-  static constexpr int kListOffset = kMetaOffset + kMetaBytes;
+  // MMA=2: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring
+  static constexpr int kBarOffset = kMetaOffset + kMetaBytes;
+  static constexpr int kBarBytes = kTmaProducer ? 16 * kStages : 0;
+  static constexpr int kListOffset = kBarOffset + kBarBytes;
   // Dynamic shared memory = kStaticSmemBytes + topk_list_bytes(): two list buffers of keys and indices per query,
   // or (thread lists) the lists parts 1.. hand to part 0 at the end of a split.
   static constexpr int kStaticSmemBytes = kListOffset;
@@ -329,12 +350,15 @@ struct TopkTraits {
   static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
   static_assert(!kThreadLists || kThreads >= kBlockQ, "thread lists: a thread per query column at least");
   static_assert(kStageBytes % 128 == 0 && kScoreBytes % 16 == 0, "region alignment");
-  static_assert(kMma == 0 || kMma == 1, "MMA 0 (mma.sync) or 1 (wgmma)");
+  static_assert(kMma >= 0 && kMma <= 2, "MMA 0 (mma.sync), 1 (wgmma) or 2 (wgmma, TMA producer warp)");
   static_assert(!kWgmma || kDtype == kF16 || kDtype == kBF16, "wgmma path: fp16 and bf16 only");
   static_assert(!kWgmma || kRowBytes == 128, "wgmma path: 128-byte row slices (BLOCK_K = 64), the SWIZZLE_128B atom");
   static_assert(!kWgmma || (kWarpsQ == 1 && (kWarpsN == 4 || kWarpsN == 8)), "wgmma path: WARPS_Q = 1, WARPS_N 4 or 8");
   static_assert(!kWgmma || kBlockN % (64 * kWarpgroups) == 0, "wgmma path: BLOCK_N a multiple of 64 per warpgroup");
-  static_assert(!kWgmma || kStages >= 3, "wgmma path: STAGES >= 3 (one slice in flight on the tensor cores)");
+  static_assert(!kWgmma || kTmaProducer || kStages >= 3,
+                "wgmma path: STAGES >= 3 (one slice in flight on the tensor cores)");
+  static_assert(kMetaBytes % 8 == 0, "mbarriers are 8-byte aligned");
+  static_assert(!kTmaProducer || kMinBlocks == 1, "MMA=2: MIN_BLOCKS = 1 (the register reconfiguration's sizes)");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
 };
 
@@ -404,6 +428,26 @@ struct TopkBlock {
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
   __device__ __forceinline__ int row_of(int mt, int h, int g) const { return row_base + mt * Tr::kMtStride + g + 8 * h; }
 
+  // Barrier of the MMA warps: the whole block, or with a producer warp (MMA=2) named barrier 1 without it.
+  __device__ __forceinline__ void block_sync() const {
+    if constexpr (Tr::kTmaProducer) mbar::named_sync(1, Tr::kThreads);
+    else __syncthreads();
+  }
+  __device__ __forceinline__ bool block_sync_or(bool pred) const {
+    if constexpr (Tr::kTmaProducer) return mbar::named_sync_or(1, Tr::kThreads, pred);
+    else return __syncthreads_or(pred) != 0;
+  }
+  __device__ __forceinline__ unsigned stage_addr(int stage) const {
+    return smem_u32(smem) + static_cast<unsigned>(stage * Tr::kStageBytes);
+  }
+  // MMA=2: stage s's full and empty mbarriers
+  __device__ __forceinline__ unsigned full_bar(int s) const {
+    return smem_u32(smem) + static_cast<unsigned>(Tr::kBarOffset + 8 * s);
+  }
+  __device__ __forceinline__ unsigned empty_bar(int s) const {
+    return smem_u32(smem) + static_cast<unsigned>(Tr::kBarOffset + 8 * (Tr::kStages + s));
+  }
+
   __device__ __forceinline__ QueryList list_of(int c) const {
     QueryList ql;
     ql.key0 = lkey + c * p.k;
@@ -471,9 +515,9 @@ struct TopkBlock {
     const int row0 = tile * BN;
 #pragma unroll
     for (int pass = 0; pass < Tr::kEpiPasses; ++pass) {
-      if (pass > 0) __syncthreads();  // the previous pass's scans are done with the score tile
+      if (pass > 0) block_sync();  // the previous pass's scans are done with the score tile
       store_scores(mma, tile, pass);
-      __syncthreads();
+      block_sync();
       if (pass == 0 && mine && tl_part == 0) {
 #pragma unroll
         for (int wn = 0; wn < Tr::kWarpsN; ++wn) sts(hits + wn * BQ + c, 0);
@@ -525,7 +569,7 @@ struct TopkBlock {
             for (int h = 0; h < 2; ++h) sts(norms + row_of(mt, h, g), mma.nrm[mt][h]);
         }
       }
-      __syncthreads();  // every warp needs its rows' norms for the pre-check
+      block_sync();  // every warp needs its rows' norms for the pre-check
     }
     // Pre-check: does any key of this tile beat its query's current k-th entry? Each thread tests its own
     // accumulators with exactly the arithmetic consume() sees (same key, same order), so when nothing passes
@@ -562,7 +606,7 @@ struct TopkBlock {
         any = any || hit;
       }
     }
-    if (!__syncthreads_or(any)) return;
+    if (!block_sync_or(any)) return;
     if constexpr (Tr::kThreadLists) {
       thread_list_epilogue(mma, tile);
       return;
@@ -570,7 +614,7 @@ struct TopkBlock {
 #pragma unroll
     for (int pass = 0; pass < Tr::kEpiPasses; ++pass) {
       store_scores(mma, tile, pass);
-      __syncthreads();
+      block_sync();
       // the rows are the same for every column: load their norms once per pass
       float scale[R], shift[R];
 #pragma unroll
@@ -612,7 +656,7 @@ struct TopkBlock {
         consume<R, Tr::kMerge>(list_of(c), v, id, p.k, skey, sidx, lane);
       }
       // the next pass overwrites the score tile; the next tile's main loop has barriers of its own
-      if (pass + 1 < Tr::kEpiPasses) __syncthreads();
+      if (pass + 1 < Tr::kEpiPasses) block_sync();
     }
   }
 
@@ -635,7 +679,59 @@ struct TopkBlock {
       }
     }
     cp_async_commit();
-    return smem_u32(smem) + static_cast<unsigned>((it % Tr::kStages) * Tr::kStageBytes);
+    return stage_addr(it % Tr::kStages);
+  }
+
+  // Issues the wgmma group of one slice (stage at a_tile: the corpus rows, then the query rows) and, for cosine /
+  // l2, accumulates the rows' squared norms from the same stage while the MMAs run.
+  __device__ __forceinline__ void wgmma_slice(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, unsigned a_tile,
+                                              const LdsmLaneAddr<L, 1>& la) {
+    const unsigned b_tile = a_tile + Tr::kATileBytes;
+    // this warpgroup's m64 blocks: rows (warp / 4) * MT * 64 + mt * 64 of the A tile, 128 bytes per row
+    const unsigned a_wg = a_tile + static_cast<unsigned>((warp / 4) * MT * 64 * 128);
+    wg::fence_operands(mma.acc);
+    wg::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+      const unsigned long long db = wg::desc_k_sw128(b_tile + 32u * ks);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const unsigned long long da = wg::desc_k_sw128(a_wg + static_cast<unsigned>(mt * 64 * 128) + 32u * ks);
+        if constexpr (Tr::kDtype == kF16) wg::wgmma_m64k16_f16(mma.acc[mt], da, db);
+        else wg::wgmma_m64k16_bf16(mma.acc[mt], da, db);
+      }
+    }
+    wg::commit();
+    if constexpr (Tr::kNorms) {
+      const LdsmLaneAddr<L, 1> la_i = la.opaque();
+#pragma unroll
+      for (int ks = 0; ks < Tr::kKSteps; ++ks)
+        mma.template norms_kstep<LdsmLaneAddr<L, 1>, 64>(a_tile, la_i, row_base, ks);
+    }
+  }
+
+  // MMA=2, the producer warp: lane 0 walks the split's slices (tiles, then slices of d) and TMA-copies the corpus
+  // and query boxes of each into its stage once the MMA warps have released it. Boxes past n, nq or d are zeros.
+  __device__ __forceinline__ void produce(int tile_begin, int total) {
+    if (lane != 0) return;
+    const tma::Desc* dc = reinterpret_cast<const tma::Desc*>(p.tma_corpus);
+    const tma::Desc* dq = reinterpret_cast<const tma::Desc*>(p.tma_queries);
+    tma::prefetch(dc);
+    tma::prefetch(dq);
+    const unsigned long long read_once = tma::policy_evict_first(), reread = tma::policy_evict_last();
+    int tile = tile_begin, kc = 0;
+    for (int it = 0; it < total; ++it) {
+      const int s = it % Tr::kStages;
+      if (it >= Tr::kStages) mbar::wait(empty_bar(s), ((it / Tr::kStages) - 1) & 1);
+      mbar::arrive_expect_tx(full_bar(s), Tr::kStageBytes);
+      const unsigned a = stage_addr(s);
+      tma::load_2d(a, dc, full_bar(s), kc * BK, tile * BN, read_once);
+      tma::load_2d(a + Tr::kATileBytes, dq, full_bar(s), kc * BK, q0, reread);
+      if (++kc == KT) {
+        kc = 0;
+        ++tile;
+      }
+    }
   }
 
   // End of a split with thread lists: parts 1.. put their lists in shared memory, part 0 inserts them into its
@@ -655,7 +751,7 @@ struct TopkBlock {
         }
       }
     }
-    __syncthreads();
+    block_sync();
     if (!mine || tl_part != 0) return;
     for (int q = 1; q < PARTS; ++q) {
       const float* sk = lkey + ((q - 1) * BQ + c) * k;
@@ -686,6 +782,23 @@ struct TopkBlock {
     const int ntiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
     const int total = ntiles * KT;
 
+    if constexpr (Tr::kTmaProducer) {
+      if (tid == 0) {
+        for (int s = 0; s < Tr::kStages; ++s) {
+          mbar::init(full_bar(s), 1);               // the producer's arrive_expect_tx (+ the copies' bytes)
+          mbar::init(empty_bar(s), Tr::kWarps);     // one arrival per MMA warp
+        }
+        mbar::fence_init();
+      }
+      __syncthreads();  // the last barrier of the whole block: the producer warpgroup leaves here
+      if (warp >= Tr::kWarps) {
+        if constexpr (Tr::kMoveRegisters) wg::regs_dec<Tr::kProducerRegs>();
+        if (warp == Tr::kWarps) produce(tile_begin, total);
+        return;
+      }
+      if constexpr (Tr::kMoveRegisters) wg::regs_inc<Tr::kMmaRegs>();
+    }
+
     if constexpr (Tr::kThreadLists) {
       tl.init(p.k);
       for (int i = tid; i < PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
@@ -709,48 +822,48 @@ struct TopkBlock {
     // Prologue: STAGES-1 slices in flight. Every thread commits a group per slot, loaded or not, so the
     // wait_group counts below are the same for every thread and every iteration.
     int ld_tile = tile_begin, ld_kc = 0;
+    if constexpr (!Tr::kTmaProducer) {
 #pragma unroll
-    for (int s = 0; s < Tr::kPrefetch; ++s) {
-      if (s < total) {
-        load(s, ld_tile, ld_kc);
-        if (++ld_kc == KT) {
-          ld_kc = 0;
-          ++ld_tile;
+      for (int s = 0; s < Tr::kPrefetch; ++s) {
+        if (s < total) {
+          load(s, ld_tile, ld_kc);
+          if (++ld_kc == KT) {
+            ld_kc = 0;
+            ++ld_tile;
+          }
         }
+        cp_async_commit();
       }
-      cp_async_commit();
     }
 
-    if constexpr (Tr::kWgmma) {
+    if constexpr (Tr::kTmaProducer) {
+      block_sync();  // the lists' initial state, before the first pre-check reads it
+      // Slice `it` waits for its stage's copies (the (it / STAGES)-th completion of full[s]); a warp releases a
+      // stage once its MMAs on it are done: slice it - 1 after wait<1> in iteration it, a tile's last slice after
+      // the wait<0> that precedes the epilogue.
+      int it = 0;
+      for (int tile = tile_begin; tile < tile_end; ++tile) {
+        for (int kc = 0; kc < KT; ++kc, ++it) {
+          const int s = it % Tr::kStages;
+          mbar::wait(full_bar(s), (it / Tr::kStages) & 1);
+          wgmma_slice(mma, stage_addr(s), la);
+          wg::wait<1>();
+          wg::fence_operands(mma.acc);
+          if (kc > 0 && lane == 0) mbar::arrive(empty_bar((it - 1) % Tr::kStages));
+        }
+        wg::wait<0>();
+        wg::fence_operands(mma.acc);
+        if (lane == 0) mbar::arrive(empty_bar((it - 1) % Tr::kStages));
+        epilogue(mma, tile);
+        mma.zero();
+      }
+    } else if constexpr (Tr::kWgmma) {
       // Tiles, then slices: the epilogue follows an unconditional wait for every MMA group, outside the slice
       // loop (accumulator reads inside a branch after a conditional wait make ptxas serialize the wgmmas).
       int it = 0;
       for (int tile = tile_begin; tile < tile_end; ++tile) {
         for (int kc = 0; kc < KT; ++kc, ++it) {
-          const unsigned a_tile = begin_slice(it, total, ld_tile, ld_kc);
-          const unsigned b_tile = a_tile + Tr::kATileBytes;
-          // this warpgroup's m64 blocks: rows (warp / 4) * MT * 64 + mt * 64 of the A tile, 128 bytes per row
-          const unsigned a_wg = a_tile + static_cast<unsigned>((warp / 4) * MT * 64 * 128);
-          wg::fence_operands(mma.acc);
-          wg::wgmma_fence();
-#pragma unroll
-          for (int ks = 0; ks < Tr::kKSteps; ++ks) {
-            const unsigned long long db = wg::desc_k_sw128(b_tile + 32u * ks);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              const unsigned long long da = wg::desc_k_sw128(a_wg + static_cast<unsigned>(mt * 64 * 128) + 32u * ks);
-              if constexpr (Tr::kDtype == kF16) wg::wgmma_m64k16_f16(mma.acc[mt], da, db);
-              else wg::wgmma_m64k16_bf16(mma.acc[mt], da, db);
-            }
-          }
-          wg::commit();
-          // the rows' squared norms come from ldmatrix reads of the same stage while the MMAs run
-          if constexpr (Tr::kNorms) {
-            const LdsmLaneAddr<L, 1> la_i = la.opaque();
-#pragma unroll
-            for (int ks = 0; ks < Tr::kKSteps; ++ks)
-              mma.template norms_kstep<LdsmLaneAddr<L, 1>, 64>(a_tile, la_i, row_base, ks);
-          }
+          wgmma_slice(mma, begin_slice(it, total, ld_tile, ld_kc), la);
           wg::wait<1>();  // the previous slice's group: its stage is refilled after the next barrier
           wg::fence_operands(mma.acc);
         }
@@ -782,9 +895,9 @@ struct TopkBlock {
         }
       }
     }
-    cp_async_wait<0>();
+    if constexpr (!Tr::kTmaProducer) cp_async_wait<0>();
     // An empty split still writes k missing entries per query; the meta init must be visible to every warp.
-    __syncthreads();
+    block_sync();
 
     // Write the candidate list of each owned query column: best first, missing entries (-inf, -1).
     const long long list = static_cast<long long>(p.list_offset) + split;
@@ -809,7 +922,7 @@ struct TopkBlock {
 };
 
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) similarity_topk(const __grid_constant__ SearchParams p) {
+__global__ void __launch_bounds__(Tr::kLaunchThreads, Tr::kMinBlocks) similarity_topk(const __grid_constant__ SearchParams p) {
 #ifdef TUNELAB_EXPECTED_SMEM
   static_assert(Tr::kStaticSmemBytes == TUNELAB_EXPECTED_SMEM,
                 "launcher smem formula disagrees with the kernel's own layout (TopkTraits::kStaticSmemBytes)");

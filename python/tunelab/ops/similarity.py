@@ -79,24 +79,25 @@ def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma
                 EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma)
 
 
-#: Archs whose tensor cores take warpgroup MMAs (``MMA=1``); kernels for them are compiled for the arch-specific
+#: Archs whose tensor cores take warpgroup MMAs (``MMA=1`` and ``2``); kernels for them are compiled for the arch-specific
 #: target (``sm_90a``), which only that arch runs.
 WGMMA_ARCHS = ("sm_90", "sm_90a")
 
 
 def wgmma_supported(arch: str) -> bool:
-    """True when ``arch`` runs the search's wgmma main loop (``MMA=1``): Hopper, sm_90."""
+    """True when ``arch`` runs the search's wgmma main loops (``MMA=1``, ``2``): Hopper, sm_90."""
     return arch in WGMMA_ARCHS
 
 
 def compile_arch(config: Mapping[str, Any], arch: str) -> str:
-    """The NVRTC target for a search config on ``arch``: ``sm_90a`` for a wgmma config (``MMA=1``) on sm_90,
-    ``arch`` otherwise; ConfigError when ``arch`` has no wgmma."""
-    if int(config.get("MMA", 0)) != 1:
+    """The NVRTC target for a search config on ``arch``: ``sm_90a`` for a wgmma config (``MMA=1`` or ``2``) on
+    sm_90, ``arch`` otherwise; ConfigError when ``arch`` has no wgmma."""
+    mma = int(config.get("MMA", 0))
+    if mma == 0:
         return arch
     if not wgmma_supported(arch):
-        raise ConfigError(f"similarity config MMA=1 (wgmma warpgroup tiles) needs an sm_90 (Hopper) GPU; the target "
-                          f"is {arch}: use MMA=0 (mma.sync), which every supported arch runs")
+        raise ConfigError(f"similarity config MMA={mma} (wgmma warpgroup tiles) needs an sm_90 (Hopper) GPU; the "
+                          f"target is {arch}: use MMA=0 (mma.sync), which every supported arch runs")
     return "sm_90a"
 
 
@@ -118,14 +119,17 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       slices, 3 stages.
     * nq > 112 (compute-bound): 128 x 128 tiles, 2 x 4 warps of 64 x 32, 128-byte slices, 3 stages.
     * GPUs with less than 200 KiB of shared memory per block (sm_8x) get 128-row tiles in the first two cases.
-    * sm_90 with fp16/bf16 and nq > 8: the wgmma main loop (MMA=1) over 128-row tiles in two warpgroups,
-      64-element slices, 4 stages (two slices in flight besides the one on the tensor cores); above 112 queries
-      with 64-row epilogue passes, so that 4 stages fit. Measured on the H200 (benchmarks/similarity_probe.py
-      --variants wgmma): 6-18% faster than the mma.sync tiling at nq = 100, 7-14% at nq = 1024.
+    * sm_90 with fp16/bf16 and nq > 8: the wgmma main loop fed by a TMA producer warpgroup (MMA=2), two MMA
+      warpgroups, 64-element slices: up to 112 queries 128-row tiles and 5 stages, above 256-row tiles (half the
+      query bytes per corpus row) and 3 stages. Measured on the H200 (benchmarks/similarity_probe.py --variants
+      tma, results/similarity_probe_tma.json) against the cp.async wgmma loop (MMA=1, 128-row tiles, 4 stages)
+      that was the default before: 11% faster at N = 50K / nq = 100, 20% at 1M / 100, 22% at 10M / 100, 21% at
+      10M / 1024. (256-row tiles are 3% faster still at 10M / 100 and 18% slower at 50K / 100: the tuner's
+      choice.) MMA=1 measured 6-18% faster than the mma.sync tiling (--variants wgmma).
 
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
-      per thread), unless that would pass 128 registers with the accumulators; else one list per query in shared
-      memory, merged by a warp per tile (MERGE=2). Measured on the H200 (benchmarks/similarity_probe.py
+      per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240); else
+      one list per query in shared memory, merged by a warp per tile (MERGE=2). Measured on the H200 (benchmarks/similarity_probe.py
       --variants merge, fp16, k = 10; results/similarity_probe_merge.json), MERGE=3 against 2: 7% faster at
       N = 10M / nq = 1024, 2% at 10M / 100, 4% at 1M / 100, 5% slower at 50K / 100, 0.6% slower at nq = 1
       (which keeps 2). MERGE=4 (32 entries) is slower than 2 at nq = 100 and is left to the tuner for k <= 32.
@@ -147,12 +151,12 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112:
         bq = max(16, (int(nq) + 15) // 16 * 16)
-        cfg = _cfg(128, bq, 64, 8, 1, 4, mma=1) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
+        cfg = _cfg(128, bq, 64, 8, 1, 5, mma=2) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
     else:
-        cfg = _cfg(128, 128, 64, 8, 1, 4, epi=64, mma=1) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
+        cfg = _cfg(256, 128, 64, 8, 1, 3, mma=2) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
     # the running top-k: thread lists (16 entries) for k <= 16 above 8 queries, when the accumulators leave room
-    # for the list's 32 registers (fp32's 256-row tiles do not: ptxas spills); shared lists otherwise
-    if nq > 8 and k <= 16 and accumulators(cfg) + 32 <= 128:
+    # for the list's 32 registers (fp32's 256-row tiles do not: ptxas spills; MMA=2's 240 registers do)
+    if nq > 8 and k <= 16 and (cfg["MMA"] == 2 or accumulators(cfg) + 32 <= 128):
         cfg["MERGE"] = 3
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
@@ -163,7 +167,7 @@ def accumulators(config: Mapping[str, Any]) -> int:
     """fp32 accumulator registers per thread of a search config (wgmma: a warpgroup's m64 blocks x every query
     column; mma.sync: the warp tile's m16 x n8 blocks x 4)."""
     c = config
-    if c.get("MMA", 0) == 1:
+    if c.get("MMA", 0) >= 1:
         return (c["BLOCK_N"] // (64 * max(1, c["WARPS_N"] // 4))) * (c["BLOCK_Q"] // 8) * 4
     return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
 
@@ -179,7 +183,7 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
     cfg = canonical_config(config)
     eb = 4 if code == 2 else 2
     while _S.topk_smem_bytes(cfg, code, mcode, k) > limit:
-        if cfg["STAGES"] > (3 if cfg["MMA"] else 2):  # wgmma keeps one slice in flight: STAGES >= 3
+        if cfg["STAGES"] > (3 if cfg["MMA"] == 1 else 2):  # MMA=1 keeps one slice in flight: STAGES >= 3
             cfg["STAGES"] -= 1
         elif cfg["EPI_ROWS"] > 64 and cfg["BLOCK_N"] > 64:  # a shorter score tile
             cfg["EPI_ROWS"] = 64
@@ -639,6 +643,11 @@ def _fit_vec(cfg: dict, dtype_code: int, pointers, strides, d: int, explicit: bo
             raise InputError(f"config VEC={cfg['VEC']} needs {cfg['VEC']}-byte aligned rows; these inputs allow "
                              f"VEC <= {allowed}")
         cfg = dict(cfg, VEC=allowed)
+    if cfg.get("MMA") == 2 and allowed < 16:  # TMA reads 16-byte aligned rows only
+        if explicit:
+            raise InputError(f"config MMA=2 (TMA copies) needs 16-byte aligned pointers and row strides and d * "
+                             f"element size a multiple of 16; these inputs allow {allowed}-byte copies: use MMA=1")
+        cfg = dict(cfg, MMA=1, STAGES=max(3, cfg["STAGES"]))
     return cfg
 
 

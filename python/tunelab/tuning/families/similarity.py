@@ -23,18 +23,20 @@ name         choices              what it does
                                   can share an SM (one's epilogue overlapping the other's MMA main loop)
 ``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
                                   blocks; ptxas may then spill, which the compiled gate rejects)
-``MMA``      0, 1                 main loop: 0 ``mma.sync`` warp tiles fed by ldmatrix; 1 ``wgmma`` warpgroup tiles
+``MMA``      0, 1, 2              main loop: 0 ``mma.sync`` warp tiles fed by ldmatrix; 1 ``wgmma`` warpgroup tiles
                                   read straight from shared memory (sm_90 only; fp16/bf16, BLOCK_K x bytes = 128,
-                                  WARPS_Q = 1, WARPS_N 4 or 8, BLOCK_N a multiple of 64 per warpgroup, STAGES >= 3)
+                                  WARPS_Q = 1, WARPS_N 4 or 8, BLOCK_N a multiple of 64 per warpgroup, STAGES >= 3);
+                                  2 the tiles of 1 fed by a TMA producer warpgroup through an mbarrier ring (STAGES
+                                  >= 2, MIN_BLOCKS = 1; 16-byte aligned rows, else the op falls back to 1)
 ===========  ===================  ====================================================================================
 
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
 2..16 warps, thread lists (``MERGE`` 3, 4) only for k within their capacity and with a thread per query column
 (``THREADS >= BLOCK_Q``), ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
-:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill). Static gates: shared memory for the problem's k
+:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 warps). Static gates: shared memory for the problem's k
 (``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline; thread lists need
 ``(parts - 1) * BLOCK_Q * k * 8``) against the arch's opt-in limit, and the
-copy width against d, and ``MMA=1`` only on sm_90. Compiled gates (generic): registers, spills, occupancy.
+copy width against d, and ``MMA`` 1 and 2 only on sm_90. Compiled gates (generic): registers, spills, occupancy.
 
 Numerics gate: the search runs on random normal inputs (outputs poisoned first) and is compared with a float64
 reference: every returned index must be a true top-k member up to ties within the fp32 rounding of a score
@@ -56,6 +58,14 @@ from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 
 #: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
 MAX_ACCUMULATORS = 112
+#: The same for MMA=2 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile clean.
+MAX_ACCUMULATORS_TMA = 128
+
+
+def max_accumulators(c: Mapping[str, Any]) -> int:
+    """The accumulator bound of a config: :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 MMA warps, else
+    :data:`MAX_ACCUMULATORS`."""
+    return MAX_ACCUMULATORS_TMA if c.get("MMA", 0) == 2 and c["WARPS_N"] * c["WARPS_Q"] == 8 else MAX_ACCUMULATORS
 #: Largest opt-in shared memory per block of any supported arch (sm_90: 227 KiB).
 MAX_SMEM_ANY_ARCH = 232448
 
@@ -73,7 +83,7 @@ _DESCRIPTIONS = {
     "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32)",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
-    "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles (sm_90)",
+    "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer (sm_90)",
 }
 
 
@@ -139,14 +149,14 @@ def accumulators(c: Mapping[str, Any]) -> int:
 
 
 def launcher_accepts_wgmma(dtype: str, metric: str) -> Callable[[Mapping[str, Any]], bool]:
-    """Constraint predicate for the wgmma main loop's rules (``MMA=1``: 16-bit inputs, 128-byte row slices,
-    WARPS_Q = 1, WARPS_N 4 or 8, STAGES >= 3): the launcher's own check (``topk_validate``), whose ConfigError
-    names the broken rule and becomes the rejection's reason. ``MMA=0`` configs pass."""
+    """Constraint predicate for the wgmma main loops' rules (``MMA=1`` and ``2``: 16-bit inputs, 128-byte row
+    slices, WARPS_Q = 1, WARPS_N 4 or 8; ``MMA=1``: STAGES >= 3): the launcher's own check (``topk_validate``),
+    whose ConfigError names the broken rule and becomes the rejection's reason. ``MMA=0`` configs pass."""
     ops = _ops()
     dtype_code, metric_code = ops.DTYPE_CODES[long_name(dtype)], ops.METRICS[metric]
 
     def accepts(c: Mapping[str, Any]) -> bool:
-        if c["MMA"] == 1:
+        if c["MMA"] >= 1:
             error = ops._S.topk_config_error({n: c[n] for n in ops.PARAM_NAMES}, dtype_code, metric_code)
             if error:
                 raise ConfigError(error)
@@ -182,12 +192,12 @@ def build_space(problem: Any) -> SearchSpace:
               description=_DESCRIPTIONS["MERGE"]),
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
-        Param("MMA", [0, 1], ordered=False, description=_DESCRIPTIONS["MMA"]),
+        Param("MMA", [0, 1, 2], ordered=False, description=_DESCRIPTIONS["MMA"]),
     ]
     eb = p.element_bytes
     metric = p.metric
     derived = [
-        Derived("THREADS", lambda c: 32 * c["WARPS_N"] * c["WARPS_Q"], "threads per block"),
+        Derived("THREADS", lambda c: 32 * c["WARPS_N"] * c["WARPS_Q"], "MMA and top-k threads per block"),
         Derived("ACCUMULATORS", accumulators, "fp32 accumulators per thread"),
         Derived("SMEM_BYTES", lambda c: smem_bytes_py(c, eb, k, metric), "dynamic shared memory per block for k"),
     ]
@@ -200,15 +210,16 @@ def build_space(problem: Any) -> SearchSpace:
                    "a block has 2 to 16 warps", code="static.threads"),
         Constraint("epi_rows_changes_code", lambda c: c["EPI_ROWS"] == 128 or c["BLOCK_N"] > 64,
                    "EPI_ROWS=64 equals 128 when BLOCK_N is 64 (one pass either way)"),
-        Constraint("min_blocks_threads", lambda c: c["MIN_BLOCKS"] * 32 * c["WARPS_N"] * c["WARPS_Q"] <= 2048,
+        Constraint("min_blocks_threads", lambda c: c["MIN_BLOCKS"] * launch_threads(c) <= 2048,
                    "MIN_BLOCKS x threads exceeds 2048 threads per SM", code="static.threads"),
-        Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= MAX_ACCUMULATORS,
-                   f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread (certain spills)"),
+        Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= max_accumulators(c),
+                   f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA=2 "
+                   f"and 8 warps; certain spills)"),
         Constraint("thread_lists_threads", lambda c: c["MERGE"] < 3 or c["THREADS"] >= c["BLOCK_Q"],
                    "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
                    code="static.threads"),
         Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
-                   "MMA=1 needs 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 and STAGES >= 3",
+                   "MMA=1, 2 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: STAGES >= 3)",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
@@ -229,9 +240,15 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
         scratch, bars, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
     else:  # per-warp scratch; {len, sel, thr_key, thr_idx} per query; two list buffers per query
         scratch, bars, lists = warps * epi * 8, bq * 16, 2 * bq * k * 8
+    mbarriers = 16 * c["STAGES"] if c.get("MMA", 0) == 2 else 0  # MMA=2: full[] and empty[] of the TMA ring
     static = c["STAGES"] * (c["BLOCK_N"] + bq) * row + bq * (epi + 4) * 4 + scratch + norms + bars + \
-        c["WARPS_N"] * bq * 4  # + the pre-check's hit flags
+        c["WARPS_N"] * bq * 4 + mbarriers  # + the pre-check's hit flags
     return static + lists
+
+
+def launch_threads(c: Mapping[str, Any]) -> int:
+    """Threads per block at launch: the MMA warps, plus MMA=2's TMA producer warpgroup."""
+    return 32 * c["WARPS_N"] * c["WARPS_Q"] + (128 if c.get("MMA", 0) == 2 else 0)
 
 
 def thread_list_parts(threads: int, block_q: int) -> int:
@@ -409,8 +426,9 @@ class SimilarityFamily(TunableFamily):
         if (p.d * p.element_bytes) % config["VEC"]:
             out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
                                                    f"VEC={config['VEC']}"))
-        if config.get("MMA", 0) == 1 and not _ops().wgmma_supported(arch):
-            out.append(Rejection("static.arch", f"MMA=1 (wgmma) runs on sm_90 only; the target is {arch}"))
+        if config.get("MMA", 0) >= 1 and not _ops().wgmma_supported(arch):
+            out.append(Rejection("static.arch", f"MMA={config['MMA']} (wgmma) runs on sm_90 only; the target is "
+                                                f"{arch}"))
         return out
 
     def compile(self, config: Config, problem: Any, arch: str) -> CompiledCandidate:
