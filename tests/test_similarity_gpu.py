@@ -205,6 +205,11 @@ def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
             s0, i0 = sim.similarity_search(q, c, 10, metric=metric, config=dict(base_cfg, MMA=0))
             assert torch.equal(i, i0), (cfg, metric, "indices differ from mma.sync")
             torch.testing.assert_close(s, s0, rtol=1e-6, atol=1e-6 * float(s0.abs().max()))
+        # one split: every block runs many tiles, so the TMA ring wraps and consecutive epilogues meet (MMA=2 has
+        # no barrier in its main loop; the next epilogue must not overwrite norms or flags still in use)
+        s1, i1 = sim._search_gpu(q, c, 10, "l2", dict(cfg), True, splits=1)
+        s2, i2 = sim.similarity_search(q, c, 10, metric="l2", config=cfg)
+        assert torch.equal(i1, i2) and torch.equal(s1, s2), (cfg, "one split differs")
     g = torch.Generator(device="cuda").manual_seed(5)
     tdt = getattr(torch, dt)
     qi = torch.randint(-2, 3, (NQ, D_WG), generator=g, device="cuda").to(tdt)

@@ -499,7 +499,8 @@ struct TopkBlock {
   // Thread-list epilogue (after a pre-check that found a passing key somewhere in the block): pass by pass, the
   // score tile is filled, and each thread scans its column's share of the rows against the bar and its own list.
   // The column's flags and bar are read once, before the first pass's barrier; its parts publish their new k-th
-  // keys and part 0 clears the flags after it (the next pre-check follows the next main loop's barriers).
+  // keys and part 0 clears the flags after it (the next pre-check follows the next main loop's barriers, or with
+  // MMA=2 the barrier that opens the next epilogue).
   __device__ __forceinline__ void thread_list_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                        int tile) {
     const int c = tl_col;
@@ -559,6 +560,10 @@ struct TopkBlock {
   __device__ __forceinline__ void epilogue(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
+    // MMA 0 and 1 pass block barriers in every main-loop slice, so the previous tile's epilogue is over everywhere
+    // when this one starts. MMA=2's main loop has none: wait here until no thread still reads the previous tile's
+    // norms or scores, or clears its hit flags after this tile's pre-check set them.
+    if constexpr (Tr::kTmaProducer) block_sync();
     if constexpr (Tr::kNorms) {
       if (warp_q == 0) {  // these warps cover every row of the tile once
         mma.quad_reduce_norms();
@@ -634,7 +639,7 @@ struct TopkBlock {
         // A column no warp row flagged is skipped: the pre-check used consume()'s arithmetic and this column's
         // threshold, which only its own consume() raises, so consume() would insert nothing. The owning warp is
         // the only reader of its column's flags and clears them after the last pass (the next tile's pre-check
-        // comes after a block barrier of the main loop).
+        // comes after a block barrier of the main loop, or with MMA=2 the one that opens the next epilogue).
         int hit = 0;
 #pragma unroll
         for (int wn = 0; wn < Tr::kWarpsN; ++wn) hit |= lds(hits + wn * BQ + c);
@@ -655,7 +660,7 @@ struct TopkBlock {
         }
         consume<R, Tr::kMerge>(list_of(c), v, id, p.k, skey, sidx, lane);
       }
-      // the next pass overwrites the score tile; the next tile's main loop has barriers of its own
+      // the next pass overwrites the score tile; the next tile's main loop (MMA=2: its next epilogue) has barriers
       if (pass + 1 < Tr::kEpiPasses) block_sync();
     }
   }
