@@ -30,13 +30,12 @@ TmaDescBytes encode_tma_2d_16bit(uint64_t base, bool bf16, long long rows, long 
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride_bytes)};
     const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t elem_strides[2] = {1, 1};
-    check(driver().cuTensorMapEncodeTiled(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                          2, reinterpret_cast<void*>(base), dims, strides, box, elem_strides,
+    const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    check(driver().cuTensorMapEncodeTiled(&map, type, 2, reinterpret_cast<void*>(base), dims, strides, box, elem_strides,
                                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
           "cuTensorMapEncodeTiled");
     TmaDescBytes out;
-    static_assert(sizeof out == sizeof map, "same size");
     std::memcpy(out.data(), &map, sizeof map);
     return out;
 }

@@ -55,7 +55,7 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"MERGE", {0, 1, 2, 3, 4}},      // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32)
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
-            {"MMA", {0, 1, 2}},              // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA (sm_90a)
+            {"MMA", {0, 1, 2}},              // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA
         };
         std::vector<long long> q;
         for (int b = 8; b <= 128; b += 8) q.push_back(b);  // queries per block (MMA N side, n8 steps)

@@ -79,8 +79,8 @@ def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma
                 EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma)
 
 
-#: Archs whose tensor cores take warpgroup MMAs (``MMA=1`` and ``2``); kernels for them are compiled for the arch-specific
-#: target (``sm_90a``), which only that arch runs.
+#: Archs whose tensor cores take warpgroup MMAs (``MMA=1`` and ``2``); kernels for them are compiled for the
+#: arch-specific target (``sm_90a``), which only that arch runs.
 WGMMA_ARCHS = ("sm_90", "sm_90a")
 
 
@@ -128,9 +128,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       choice.) MMA=1 measured 6-18% faster than the mma.sync tiling (--variants wgmma).
 
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
-      per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240); else
-      one list per query in shared memory, merged by a warp per tile (MERGE=2). Measured on the H200 (benchmarks/similarity_probe.py
-      --variants merge, fp16, k = 10; results/similarity_probe_merge.json), MERGE=3 against 2: 7% faster at
+      per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);
+      else one list per query in shared memory, merged by a warp per tile (MERGE=2). Measured on the H200
+      (benchmarks/similarity_probe.py --variants merge, fp16, k = 10; results/similarity_probe_merge.json, with the
+      MMA=1 main loop), MERGE=3 against 2: 7% faster at
       N = 10M / nq = 1024, 2% at 10M / 100, 4% at 1M / 100, 5% slower at 50K / 100, 0.6% slower at nq = 1
       (which keeps 2). MERGE=4 (32 entries) is slower than 2 at nq = 100 and is left to the tuner for k <= 32.
 
@@ -176,8 +177,8 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
                metric: str = "l2") -> dict:
     """``config`` with STAGES, EPI_ROWS, BLOCK_Q, BLOCK_K and BLOCK_N lowered (in that order) until its shared
     memory for ``k`` and ``metric`` fits ``limit`` bytes (the default metric is the most demanding one: cosine
-    and l2 keep the tile's row norms). A wgmma config (``MMA=1``) keeps STAGES >= 3 and switches to ``MMA=0``
-    before BLOCK_K and BLOCK_N."""
+    and l2 keep the tile's row norms). A wgmma config keeps STAGES >= 3 (``MMA=1``) or >= 2 (``MMA=2``) and
+    switches to ``MMA=0`` before BLOCK_K and BLOCK_N."""
     code = DTYPE_CODES[_dtypes.canonical(dtype, DTYPE_CODES, "similarity search")]
     mcode = METRICS[metric]
     cfg = canonical_config(config)

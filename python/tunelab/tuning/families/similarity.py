@@ -33,7 +33,8 @@ name         choices              what it does
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
 2..16 warps, thread lists (``MERGE`` 3, 4) only for k within their capacity and with a thread per query column
 (``THREADS >= BLOCK_Q``), ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
-:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 warps). Static gates: shared memory for the problem's k
+:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8
+warps). Static gates: shared memory for the problem's k
 (``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline; thread lists need
 ``(parts - 1) * BLOCK_Q * k * 8``) against the arch's opt-in limit, and the
 copy width against d, and ``MMA`` 1 and 2 only on sm_90. Compiled gates (generic): registers, spills, occupancy.
@@ -219,7 +220,8 @@ def build_space(problem: Any) -> SearchSpace:
                    "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
                    code="static.threads"),
         Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
-                   "MMA=1, 2 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: STAGES >= 3)",
+                   "MMA=1, 2 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
+                   "STAGES >= 3; MMA=2: MIN_BLOCKS = 1)",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
