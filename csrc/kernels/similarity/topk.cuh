@@ -350,7 +350,7 @@ struct TopkTraits {
   static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
   static_assert(!kThreadLists || kThreads >= kBlockQ, "thread lists: a thread per query column at least");
   static_assert(kStageBytes % 128 == 0 && kScoreBytes % 16 == 0, "region alignment");
-  static_assert(kMma >= 0 && kMma <= 2, "MMA 0 (mma.sync), 1 (wgmma) or 2 (wgmma, TMA producer warp)");
+  static_assert(kMma >= 0 && kMma <= 2, "MMA 0 (mma.sync), 1 (wgmma) or 2 (wgmma, TMA producer)");
   static_assert(!kWgmma || kDtype == kF16 || kDtype == kBF16, "wgmma path: fp16 and bf16 only");
   static_assert(!kWgmma || kRowBytes == 128, "wgmma path: 128-byte row slices (BLOCK_K = 64), the SWIZZLE_128B atom");
   static_assert(!kWgmma || (kWarpsQ == 1 && (kWarpsN == 4 || kWarpsN == 8)), "wgmma path: WARPS_Q = 1, WARPS_N 4 or 8");
@@ -428,7 +428,7 @@ struct TopkBlock {
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
   __device__ __forceinline__ int row_of(int mt, int h, int g) const { return row_base + mt * Tr::kMtStride + g + 8 * h; }
 
-  // Barrier of the MMA warps: the whole block, or with a producer warp (MMA=2) named barrier 1 without it.
+  // Barrier of the MMA warps: the whole block, or with a producer warpgroup (MMA=2) named barrier 1 without it.
   __device__ __forceinline__ void block_sync() const {
     if constexpr (Tr::kTmaProducer) mbar::named_sync(1, Tr::kThreads);
     else __syncthreads();
@@ -715,7 +715,7 @@ struct TopkBlock {
     }
   }
 
-  // MMA=2, the producer warp: lane 0 walks the split's slices (tiles, then slices of d) and TMA-copies the corpus
+  // MMA=2, the producer warpgroup's first lane: walks the split's slices (tiles, then slices of d) and TMA-copies the corpus
   // and query boxes of each into its stage once the MMA warps have released it. Boxes past n, nq or d are zeros.
   __device__ __forceinline__ void produce(int tile_begin, int total) {
     if (lane != 0) return;
@@ -790,8 +790,8 @@ struct TopkBlock {
     if constexpr (Tr::kTmaProducer) {
       if (tid == 0) {
         for (int s = 0; s < Tr::kStages; ++s) {
-          mbar::init(full_bar(s), 1);               // the producer's arrive_expect_tx (+ the copies' bytes)
-          mbar::init(empty_bar(s), Tr::kWarps);     // one arrival per MMA warp
+          mbar::init(full_bar(s), 1);            // the producer's arrive_expect_tx (+ the copies' bytes)
+          mbar::init(empty_bar(s), Tr::kWarps);  // one arrival per MMA warp
         }
         mbar::fence_init();
       }
