@@ -119,7 +119,11 @@ def main() -> int:
         from tunelab.tuning.results import load_results
 
         doc = load_results(args.from_study)
-        arms = [a for a in doc["confirmation"]["arms"] if a.get("kind") == "config" and not a.get("is_default")]
+        arms = [a for a in (doc.get("confirmation") or {}).get("arms", [])
+                if a.get("kind") == "config" and not a.get("is_default")]
+        if not arms:
+            ap.error(f"--from-study {args.from_study}: the study has no confirmed configs (it ran without "
+                     f"confirmation); rerun it with confirmation, or pass another results file")
         study_variants = [(f"study {i + 1}", a["config"], None) for i, a in enumerate(arms)]
 
     def variant_list(nq):

@@ -77,6 +77,17 @@ def test_search_static_gates_smem_and_vec():
     rej = fam.static_gates(dict(cfg, BLOCK_Q=16), odd_d, arch="sm_90")
     assert [r.code for r in rej] == ["static.problem"]
     assert fam.static_gates(dict(cfg, BLOCK_Q=16, VEC=8), odd_d, arch="sm_90") == []
+    # MMA=2 reads rows by TMA: 200-byte rows are rejected before compiling, and the default avoids MMA=2 there
+    tma = dict(cfg, BLOCK_Q=16, VEC=8, MMA=2, BLOCK_K=64, WARPS_N=8, WARPS_Q=1)
+    rej = fam.static_gates(tma, odd_d, arch="sm_90")
+    assert [r.code for r in rej] == ["static.problem"] and "TMA" in rej[0].detail
+    sim = _sim()
+    assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MMA"] == 2
+    for nq, k in ((100, 10), (100, 64), (1024, 10)):  # each fits its shared memory and registers without TMA
+        cfg100 = sim.default_config(nq, k, "float16", 100, arch="sm_90")
+        assert cfg100["MMA"] == 1 and cfg100["STAGES"] >= 3, cfg100
+        assert S.topk_smem_bytes(cfg100, 0, 2, k) <= sim.smem_limit("sm_90"), cfg100
+        assert cfg100["MERGE"] < 3 or sim.accumulators(cfg100) + 32 <= 128, cfg100
     # sm_80's 163 KiB rejects what sm_90's 227 KiB accepts
     p = SearchProblem(100, 50000, 768, 10, "fp16")
     wide = _cfg(BLOCK_N=256, BLOCK_Q=112, MERGE=2)
@@ -85,14 +96,18 @@ def test_search_static_gates_smem_and_vec():
 
 
 def test_smem_formula_python_matches_launcher_over_the_space():
-    from tunelab.tuning.families.similarity import SearchProblem, build_space, smem_bytes_py
+    from tunelab.tuning.families.similarity import SearchProblem, build_space, launch_threads, smem_bytes_py
 
+    mmas = set()
     for dtype, code, eb in (("fp16", 0, 2), ("fp32", 2, 4)):
         for metric, mcode in (("ip", 0), ("l2", 2)):
             prob = SearchProblem(100, 50000, 768, 16, dtype, metric)
             configs = list(build_space(prob).enumerate())
             for cfg in configs[:: max(1, len(configs) // 400)]:
                 assert smem_bytes_py(cfg, eb, 16, metric) == S.topk_smem_bytes(cfg, code, mcode, 16), cfg
+                assert launch_threads(cfg) == S.topk_threads(cfg), cfg
+                mmas.add(cfg["MMA"])
+    assert mmas == {0, 1, 2}
 
 
 def test_gram_space_and_gates():

@@ -41,7 +41,9 @@ void bind_similarity(py::module_& m) {
           py::arg("metric"));
     s.def("topk_smem_bytes", &sl::topk_smem_bytes, py::arg("config"), py::arg("dtype"), py::arg("metric"), py::arg("k"),
           "Dynamic shared memory of the search kernel for k (the kernel has no static shared memory).");
-    s.def("topk_threads", &sl::topk_threads, py::arg("config"));
+    s.def("topk_threads", &sl::topk_threads, py::arg("config"), "Threads per search block at launch.");
+    s.def("thread_list_capacity", &tunelab::sim::thread_list_capacity, py::arg("merge"),
+          "Entries of a search thread list for MERGE (3: 16, 4: 32; 0 for the shared lists): k must not exceed it.");
     s.def("topk_name_expression", &sl::topk_name_expression, py::arg("config"), py::arg("dtype"), py::arg("metric"));
     s.def(
         "topk_plan",

@@ -9,12 +9,12 @@ namespace tunelab {
 
 using TmaDescBytes = std::array<unsigned long long, 16>;
 
-// A row-major matrix of `rows` x `cols` 16-bit elements (bf16 when `bf16`, else fp16) at `base`, rows
-// `row_stride_bytes` apart, read in boxes of box_rows x box_cols elements with the 128-byte swizzle
-// (box_cols * 2 must be <= 128); elements outside the matrix read as zeros. InputError naming the rule when the
-// driver's alignment rules fail (base 16-byte aligned, row stride a multiple of 16 bytes below 2^40, boxes of at
-// most 256 rows); NoDeviceError without a driver.
-TmaDescBytes encode_tma_2d_16bit(uint64_t base, bool bf16, long long rows, long long cols, long long row_stride_bytes,
-                                 int box_rows, int box_cols);
+// The row-major matrix `name` of `rows` x `cols` 16-bit elements (bf16 when `bf16`, else fp16) at `base`, rows
+// `row_stride_bytes` apart, read in boxes of box_rows x box_cols elements with the 128-byte swizzle; elements
+// outside the matrix read as zeros. Callers check the data rules first (launchers: 16-byte aligned base and row
+// stride); what still fails here is an InputError (data) or ConfigError (box) naming the matrix and the rule.
+// DriverError when the driver has no cuTensorMapEncodeTiled (before CUDA 12), NoDeviceError without a driver.
+TmaDescBytes encode_tma_2d_16bit(const char* name, uint64_t base, bool bf16, long long rows, long long cols,
+                                 long long row_stride_bytes, int box_rows, int box_cols);
 
 }  // namespace tunelab

@@ -30,19 +30,17 @@ std::map<std::string, int> checked(const char* family, const Config& config, con
                                    const std::map<std::string, std::vector<long long>>& choices) {
     for (const auto& [key, value] : config) {
         if (std::find(names.begin(), names.end(), key) == names.end())
-            throw ConfigError(std::string(family) + " config: unknown parameter '" + key + "'; the parameters are " +
-                              join_names(names));
+            config_error(family, "unknown parameter '" + key + "'; the parameters are " + join_names(names));
     }
     std::map<std::string, int> v;
     for (const auto& name : names) {
         auto it = config.find(name);
         if (it == config.end())
-            throw ConfigError(std::string(family) + " config: missing parameter '" + name + "'; the parameters are " +
-                              join_names(names));
+            config_error(family, "missing parameter '" + name + "'; the parameters are " + join_names(names));
         const auto& ok = choices.at(name);
         if (std::find(ok.begin(), ok.end(), it->second) == ok.end())
-            throw ConfigError(std::string(family) + " config: " + name + "=" + std::to_string(it->second) +
-                              " is not accepted; accepted values are " + join(ok));
+            config_error(family, name + "=" + std::to_string(it->second) + " is not accepted; accepted values are " +
+                                     join(ok));
         v[name] = static_cast<int>(it->second);
     }
     return v;

@@ -15,8 +15,6 @@ namespace tunelab::launchers::similarity {
 
 namespace {
 
-[[noreturn]] void bad(const char* family, const std::string& msg) { config_error(family, msg); }
-
 const char* dtype_name(int dtype) {
     switch (dtype) {
         case 0: return "fp16";
@@ -69,47 +67,48 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     const char* fam = "similarity";
     auto v = checked(fam, config, topk_param_names(), topk_param_choices());
     if (dtype < 0 || dtype > 2)
-        bad(fam, "dtype code " + std::to_string(dtype) + " is not 0 (fp16), 1 (bf16) or 2 (fp32)");
-    if (metric < 0 || metric > 2) bad(fam, "metric code " + std::to_string(metric) + " is not 0 (ip), 1 (cosine), 2 (l2)");
+        config_error(fam, "dtype code " + std::to_string(dtype) + " is not 0 (fp16), 1 (bf16) or 2 (fp32)");
+    if (metric < 0 || metric > 2) config_error(fam, "metric code " + std::to_string(metric) + " is not 0 (ip), 1 (cosine), 2 (l2)");
     TopkConfig c{v["BLOCK_N"], v["BLOCK_Q"], v["BLOCK_K"],  v["WARPS_N"],    v["WARPS_Q"], v["STAGES"],
                  v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"], v["MMA"]};
     const int row_bytes = c.block_k * element_bytes(dtype);
     if (row_bytes != 64 && row_bytes != 128 && row_bytes != 256)
-        bad(fam, "BLOCK_K=" + std::to_string(c.block_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
+        config_error(fam, "BLOCK_K=" + std::to_string(c.block_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
                      dtype_name(dtype) + ") = " + std::to_string(row_bytes) +
                      " bytes per row slice; it must be 64, 128 or 256 (the swizzled layout's row sizes)");
     if (c.block_n % (16 * c.warps_n) != 0)
-        bad(fam, "BLOCK_N=" + std::to_string(c.block_n) + " is not a multiple of 16 * WARPS_N=" +
+        config_error(fam, "BLOCK_N=" + std::to_string(c.block_n) + " is not a multiple of 16 * WARPS_N=" +
                      std::to_string(16 * c.warps_n) + " (each warp owns whole m16 row tiles)");
     if (c.block_q % (8 * c.warps_q) != 0)
-        bad(fam, "BLOCK_Q=" + std::to_string(c.block_q) + " is not a multiple of 8 * WARPS_Q=" +
+        config_error(fam, "BLOCK_Q=" + std::to_string(c.block_q) + " is not a multiple of 8 * WARPS_Q=" +
                      std::to_string(8 * c.warps_q) + " (each warp owns whole n8 query tiles)");
     const int warps = c.warps_n * c.warps_q;
     if (warps < 2 || warps > 16)
-        bad(fam, "WARPS_N * WARPS_Q = " + std::to_string(warps) + " warps; a block has 2 to 16 warps");
+        config_error(fam, "WARPS_N * WARPS_Q = " + std::to_string(warps) + " warps; a block has 2 to 16 warps");
     if (c.min_blocks * c.launch_threads() > 2048)
-        bad(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.launch_threads()) +
+        config_error(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.launch_threads()) +
                      " threads exceeds 2048 threads per SM");
     if (c.merge >= 3 && c.threads() < c.block_q)
-        bad(fam, "MERGE=" + std::to_string(c.merge) + " (thread lists) needs a thread per query column: " +
+        config_error(fam, "MERGE=" + std::to_string(c.merge) + " (thread lists) needs a thread per query column: " +
                      std::to_string(c.threads()) + " threads < BLOCK_Q=" + std::to_string(c.block_q) +
                      "; use more warps, a smaller BLOCK_Q or MERGE 0..2");
     if (c.mma >= 1) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
                        // BLOCK_N % (16 x WARPS_N), checked above)
         const std::string why = "MMA=" + std::to_string(c.mma) + " (wgmma warpgroup tiles) needs ";
-        if (dtype == 2) bad(fam, why + "fp16 or bf16 inputs; fp32 (3xTF32) runs on MMA=0");
+        if (dtype == 2) config_error(fam, why + "fp16 or bf16 inputs; fp32 (3xTF32) runs on MMA=0");
         if (row_bytes != 128)
-            bad(fam, why + "128-byte row slices (BLOCK_K=64 for 16-bit inputs), the SWIZZLE_128B atom; BLOCK_K=" +
+            config_error(fam, why + "128-byte row slices (BLOCK_K=64 for 16-bit inputs), the SWIZZLE_128B atom; BLOCK_K=" +
                          std::to_string(c.block_k) + " gives " + std::to_string(row_bytes));
         if (c.warps_q != 1 || (c.warps_n != 4 && c.warps_n != 8))
-            bad(fam, why + "WARPS_Q=1 and WARPS_N 4 or 8 (one or two warpgroups along the corpus rows); got WARPS_N=" +
+            config_error(fam, why + "WARPS_Q=1 and WARPS_N 4 or 8 (one or two warpgroups along the corpus rows); got WARPS_N=" +
                          std::to_string(c.warps_n) + ", WARPS_Q=" + std::to_string(c.warps_q));
         if (c.mma == 1 && c.stages < 3)
-            bad(fam, why + "STAGES >= 3 (one slice stays in flight on the tensor cores); got STAGES=" +
+            config_error(fam, why + "STAGES >= 3 (one slice stays in flight on the tensor cores); got STAGES=" +
                          std::to_string(c.stages));
         if (c.mma == 2 && c.min_blocks != 1)
-            bad(fam, why + "MIN_BLOCKS=1: its MMA warps take the producer's registers (setmaxnreg), sized for one "
-                           "block per SM; got MIN_BLOCKS=" + std::to_string(c.min_blocks));
+            config_error(fam, why + "MIN_BLOCKS=1: it is built for one block per SM (with 8 MMA warps they take the "
+                                    "producer warpgroup's registers, setmaxnreg); got MIN_BLOCKS=" +
+                                    std::to_string(c.min_blocks));
     }
     return c;
 }
@@ -117,7 +116,7 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
 void topk_check_k(const TopkConfig& c, long long k) {
     const int cap = tunelab::sim::thread_list_capacity(c.merge);
     if (cap > 0 && k > cap)
-        bad("similarity", "MERGE=" + std::to_string(c.merge) + " keeps at most " + std::to_string(cap) +
+        config_error("similarity", "MERGE=" + std::to_string(c.merge) + " keeps at most " + std::to_string(cap) +
                               " entries per thread list; k=" + std::to_string(k) + " needs " +
                               (k <= 32 ? "MERGE=4 (k <= 32) or " : "") + "MERGE 0..2");
 }
@@ -151,7 +150,7 @@ long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {
 
 int topk_threads(const Config& config) {
     auto v = checked("similarity", config, topk_param_names(), topk_param_choices());
-    return 32 * v["WARPS_N"] * v["WARPS_Q"] + (v["MMA"] == 2 ? 128 : 0);
+    return tunelab::sim::topk_launch_threads(v["WARPS_N"] * v["WARPS_Q"], v["MMA"]);
 }
 
 std::string topk_name_expression(const Config& config, int dtype, int metric) {
@@ -237,8 +236,16 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                          "tensors");
     tunelab::sim::SearchParams p{};
     if (c.mma == 2) {  // TMA boxes: one slice of BLOCK_Q query rows / BLOCK_N corpus rows
-        const auto tq = encode_tma_2d_16bit(queries, dtype == 1, nq, d, q_stride * 2, c.block_q, c.block_k);
-        const auto tc = encode_tma_2d_16bit(corpus, dtype == 1, n, d, c_stride * 2, c.block_n, c.block_k);
+        const int eb = element_bytes(dtype);
+        const int tma_vec = widest_copy(eb, {queries, corpus}, {q_stride, c_stride}, 0);
+        if (tma_vec < 16)
+            throw InputError("MMA=2 (TMA copies) needs 16-byte aligned query and corpus pointers and row strides (for "
+                             "contiguous 16-bit rows: d a multiple of 8); these inputs allow " +
+                             std::to_string(tma_vec) + "-byte copies: use MMA=1 (STAGES >= 3) or MMA=0");
+        const auto tq = encode_tma_2d_16bit("the queries", queries, dtype == 1, nq, d, q_stride * eb, c.block_q,
+                                            c.block_k);
+        const auto tc = encode_tma_2d_16bit("the corpus", corpus, dtype == 1, n, d, c_stride * eb, c.block_n,
+                                            c.block_k);
         std::memcpy(p.tma_queries, tq.data(), sizeof p.tma_queries);
         std::memcpy(p.tma_corpus, tc.data(), sizeof p.tma_corpus);
     }
@@ -367,16 +374,16 @@ GramConfig gram_validate(const Config& config, int dtype, bool symmetric) {
     GramConfig c{v["TILE_M"], v["TILE_N"], v["TILE_K"], v["WARPS_M"], v["WARPS_N"], v["STAGES"], v["VEC"]};
     const int row_bytes = c.tile_k * element_bytes(dtype);
     if (row_bytes != 64 && row_bytes != 128 && row_bytes != 256)
-        bad(fam, "TILE_K=" + std::to_string(c.tile_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
+        config_error(fam, "TILE_K=" + std::to_string(c.tile_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
                      dtype_name(dtype) + ") = " + std::to_string(row_bytes) + " bytes; it must be 64, 128 or 256");
     if (c.tile_m % (16 * c.warps_m) != 0)
-        bad(fam, "TILE_M=" + std::to_string(c.tile_m) + " is not a multiple of 16 * WARPS_M=" +
+        config_error(fam, "TILE_M=" + std::to_string(c.tile_m) + " is not a multiple of 16 * WARPS_M=" +
                      std::to_string(16 * c.warps_m));
     if (c.tile_n % (8 * c.warps_n) != 0)
-        bad(fam, "TILE_N=" + std::to_string(c.tile_n) + " is not a multiple of 8 * WARPS_N=" +
+        config_error(fam, "TILE_N=" + std::to_string(c.tile_n) + " is not a multiple of 8 * WARPS_N=" +
                      std::to_string(8 * c.warps_n));
     if (symmetric && c.tile_m != c.tile_n)
-        bad(fam, "symmetric mode needs TILE_M == TILE_N (got " + std::to_string(c.tile_m) + " and " +
+        config_error(fam, "symmetric mode needs TILE_M == TILE_N (got " + std::to_string(c.tile_m) + " and " +
                      std::to_string(c.tile_n) + ")");
     return c;
 }

@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     sp.num_tiles = T;
     sp.tiles_per_split = tps;
     sp.list_offset = streamed ? 1 : 0;
-    emu::launch(uint3_{static_cast<unsigned>(q_tiles), static_cast<unsigned>(splits), 1}, Tr::kThreads,
+    emu::launch(uint3_{static_cast<unsigned>(q_tiles), static_cast<unsigned>(splits), 1}, Tr::kLaunchThreads,
                 static_cast<int>(smem), [&] { similarity_topk<Tr>(sp); });
 
     MergeParams mp{};

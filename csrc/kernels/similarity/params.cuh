@@ -99,6 +99,8 @@ TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;
 }
+// Threads per search block at launch: the MMA (and top-k) warps, plus MMA=2's TMA producer warpgroup.
+TUNELAB_SIM_HD constexpr int topk_launch_threads(int warps, int mma) { return 32 * warps + (mma == 2 ? 128 : 0); }
 // Dynamic shared memory of the search kernel that depends on k: two list buffers per query (MERGE 0..2), or the
 // lists of parts 1.. handed to part 0 at the end of a split (MERGE 3, 4).
 TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int block_q, int k) {
@@ -117,7 +119,9 @@ constexpr long long kMergeListsMinCandidates = 512;
 TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates) {
   return k <= 32 && candidates >= kMergeListsMinCandidates ? (k <= 16 ? 0 : 1) : k <= 256 ? 2 : 3;
 }
-TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) { return kind == kMergeShared4 ? 4 : 8; }
+TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) {
+  return kind == kMergeShared4 ? 4 : kind == kMergeShared8 ? 8 : kMergeListWarps;
+}
 // Entries of a merge kind's thread lists (the largest k it takes); 0 for the shared-list kinds (any k).
 TUNELAB_SIM_HD constexpr int merge_kind_capacity(int kind) {
   return kind == kMergeLists16 ? 16 : kind == kMergeLists32 ? 32 : 0;

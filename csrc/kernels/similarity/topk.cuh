@@ -281,7 +281,7 @@ struct TopkTraits {
   static constexpr int kWarps = kWarpsN * kWarpsQ;  // the MMA (and top-k) warps
   static constexpr int kWarpgroups = kWarps / 4;  // wgmma path (kWarps is 4 or 8 there)
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kLaunchThreads = kThreads + (kTmaProducer ? 128 : 0);  // + the producer warpgroup
+  static constexpr int kLaunchThreads = topk_launch_threads(kWarps, kMma);  // + MMA=2's producer warpgroup
   // MMA=2 with two MMA warpgroups: registers per thread after the reconfiguration (128 x 24 + 256 x 240 = 384 x 168,
   // the launch's allocation)
   static constexpr bool kMoveRegisters = kTmaProducer && kWarps == 8;
@@ -842,7 +842,7 @@ struct TopkBlock {
     }
 
     if constexpr (Tr::kTmaProducer) {
-      block_sync();  // the lists' initial state, before the first pre-check reads it
+      // (The lists' initial state is published by the barrier that opens every epilogue, before its pre-check.)
       // Slice `it` waits for its stage's copies (the (it / STAGES)-th completion of full[s]); a warp releases a
       // stage once its MMAs on it are done: slice it - 1 after wait<1> in iteration it, a tile's last slice after
       // the wait<0> that precedes the epilogue.

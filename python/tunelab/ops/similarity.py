@@ -156,12 +156,31 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     else:
         cfg = _cfg(256, 128, 64, 8, 1, 3, mma=2) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
     # the running top-k: thread lists (16 entries) for k <= 16 above 8 queries, when the accumulators leave room
-    # for the list's 32 registers (fp32's 256-row tiles do not: ptxas spills; MMA=2's 240 registers do)
-    if nq > 8 and k <= 16 and (cfg["MMA"] == 2 or accumulators(cfg) + 32 <= 128):
+    if nq > 8 and k <= 16 and _thread_lists_fit(dict(cfg, MERGE=3)):
         cfg["MERGE"] = 3
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
+        if cfg["MMA"] == 2 and cfg["VEC"] < 16:  # TMA reads rows of 16-byte multiples only
+            return without_tma(cfg, k, dt, "l2", limit)
     return fit_config(cfg, k, dt, limit)
+
+
+def _thread_lists_fit(config: Mapping[str, Any]) -> bool:
+    """Whether a thread-list config (MERGE 3, 4) keeps its list (2 registers per entry) next to the accumulators:
+    within 128 registers, or with MMA=2, whose MMA warps get 240 (fp32's 256-row tiles do not fit: ptxas spills)."""
+    return config["MMA"] == 2 or accumulators(config) + 2 * _S.thread_list_capacity(config["MERGE"]) <= 128
+
+
+def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limit: int) -> dict:
+    """An MMA=2 config moved to the cp.async wgmma loop (MMA=1, STAGES >= 3), for rows TMA cannot read: thread
+    lists give way to shared lists (MERGE=2) where MMA=1's registers cannot hold them, then the shared memory is
+    fitted again. Tiles whose accumulators MMA=1 cannot hold (256 rows of 128 queries) are halved."""
+    cfg = dict(config, MMA=1, STAGES=max(3, config["STAGES"]))
+    while accumulators(cfg) > max_accumulators(cfg) and cfg["BLOCK_N"] > 64 * (cfg["WARPS_N"] // 4):
+        cfg["BLOCK_N"] //= 2
+    if cfg["MERGE"] >= 3 and not _thread_lists_fit(cfg):
+        cfg["MERGE"] = 2
+    return fit_config(cfg, k, dtype, limit, metric)
 
 
 def accumulators(config: Mapping[str, Any]) -> int:
@@ -171,6 +190,19 @@ def accumulators(config: Mapping[str, Any]) -> int:
     if c.get("MMA", 0) >= 1:
         return (c["BLOCK_N"] // (64 * max(1, c["WARPS_N"] // 4))) * (c["BLOCK_Q"] // 8) * 4
     return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
+
+
+#: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
+MAX_ACCUMULATORS = 112
+#: The same for MMA=2 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile clean.
+MAX_ACCUMULATORS_TMA = 128
+
+
+def max_accumulators(config: Mapping[str, Any]) -> int:
+    """The accumulator bound of a search config: :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 MMA warps, else
+    :data:`MAX_ACCUMULATORS`."""
+    c = config
+    return MAX_ACCUMULATORS_TMA if c.get("MMA", 0) == 2 and c["WARPS_N"] * c["WARPS_Q"] == 8 else MAX_ACCUMULATORS
 
 
 def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit: int = 227 * 1024,
@@ -634,8 +666,13 @@ def clear_caches() -> None:
     _dispatch.clear_caches()
 
 
-def _fit_vec(cfg: dict, dtype_code: int, pointers, strides, d: int, explicit: bool) -> dict:
-    allowed = int(_S.max_vec(dtype_code, [int(p) for p in pointers], [int(s) for s in strides], int(d)))
+def _fit_vec(cfg: dict, dtype: str, pointers, strides, d: int, explicit: bool, k: int, metric: str,
+             arch: str) -> dict:
+    """``cfg`` with the copy width (VEC) and main loop (MMA=2 reads rows by TMA) these inputs allow; InputError for an
+    explicit config they do not allow (MMA=2: ``topk_pack`` raises it, naming the rule)."""
+    dtype_code = DTYPE_CODES[dtype]
+    pointers, strides = [int(p) for p in pointers], [int(s) for s in strides]
+    allowed = int(_S.max_vec(dtype_code, pointers, strides, int(d)))
     if allowed == 0:
         raise InputError("the inputs are not even 4-byte aligned (pointers, row strides or d * element size); "
                          "call .contiguous() (16-bit inputs with odd d are padded automatically)")
@@ -644,11 +681,9 @@ def _fit_vec(cfg: dict, dtype_code: int, pointers, strides, d: int, explicit: bo
             raise InputError(f"config VEC={cfg['VEC']} needs {cfg['VEC']}-byte aligned rows; these inputs allow "
                              f"VEC <= {allowed}")
         cfg = dict(cfg, VEC=allowed)
-    if cfg.get("MMA") == 2 and allowed < 16:  # TMA reads 16-byte aligned rows only
-        if explicit:
-            raise InputError(f"config MMA=2 (TMA copies) needs 16-byte aligned pointers and row strides and d * "
-                             f"element size a multiple of 16; these inputs allow {allowed}-byte copies: use MMA=1")
-        cfg = dict(cfg, MMA=1, STAGES=max(3, cfg["STAGES"]))
+    # TMA reads 16-byte aligned pointers and row strides (d may be anything: the tail of a row reads as zeros)
+    if cfg.get("MMA") == 2 and not explicit and int(_S.max_vec(dtype_code, pointers, strides, 0)) < 16:
+        cfg = without_tma(cfg, k, dtype, metric, smem_limit(arch))
     return cfg
 
 
@@ -685,8 +720,8 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
         queries, corpus = _pad_d(queries, d + 1), _pad_d(corpus, d + 1)
         d += 1
     queries, corpus = _row_strided(queries), _row_strided(corpus)
-    cfg = _fit_vec(cfg, code, [queries.data_ptr(), corpus.data_ptr()], [queries.stride(0), corpus.stride(0)], d,
-                   explicit)
+    cfg = _fit_vec(cfg, dt, [queries.data_ptr(), corpus.data_ptr()], [queries.stride(0), corpus.stride(0)], d,
+                   explicit, k, metric, _arch(dev))
     compiled = compile_search(cfg, dtype=dt, metric=metric, arch=_arch(dev))
     plan = compiled.plan(dev, nq, n, k, splits)
     cand_key = torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=queries.device)

@@ -242,8 +242,9 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
     if on_gpu and not pad:
         ptrs.append(corpus.data_ptr())
         strides.append(corpus.stride(0) if corpus.shape[0] > 1 else d_pad)
-    cfg = sim._fit_vec(cfg, code, ptrs, strides, d_pad, explicit)
-    compiled = sim.compile_search(cfg, dtype=dt, metric=metric, arch=sim._arch(di))
+    arch = sim._arch(di)
+    cfg = sim._fit_vec(cfg, dt, ptrs, strides, d_pad, explicit, k, metric, arch)
+    compiled = sim.compile_search(cfg, dtype=dt, metric=metric, arch=arch)
     target = sim._sm_count(di) * compiled.blocks_per_sm(di, k)
     max_splits = max(1, min(target if splits is None else int(splits), sim.WORKSPACE_CAP_BYTES // (nq * k * 8)))
     fixed = (max_splits + 1) * nq * k * 8 + nq * k * 12 + (queries.numel() * eb if pad else 0)

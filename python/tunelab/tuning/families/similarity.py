@@ -53,25 +53,14 @@ from typing import Any, Callable, Mapping
 from tunelab.dtypes import canonical, long_name, short_name
 from tunelab.errors import ConfigError, GateRejection, InputError
 from tunelab.kernel import smem_limit
+from tunelab.ops.similarity import MAX_ACCUMULATORS, MAX_ACCUMULATORS_TMA
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
     problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 
-#: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
-MAX_ACCUMULATORS = 112
-#: The same for MMA=2 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile clean.
-MAX_ACCUMULATORS_TMA = 128
-
-
-def max_accumulators(c: Mapping[str, Any]) -> int:
-    """The accumulator bound of a config: :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 MMA warps, else
-    :data:`MAX_ACCUMULATORS`."""
-    return MAX_ACCUMULATORS_TMA if c.get("MMA", 0) == 2 and c["WARPS_N"] * c["WARPS_Q"] == 8 else MAX_ACCUMULATORS
 #: Largest opt-in shared memory per block of any supported arch (sm_90: 227 KiB).
 MAX_SMEM_ANY_ARCH = 232448
 
-#: Entries of a thread list (MERGE 3 and 4; params.cuh's thread_list_capacity): k must not exceed it.
-_LIST_CAPACITY = {3: 16, 4: 32}
 
 _DESCRIPTIONS = {
     "BLOCK_N": "corpus rows per tile",
@@ -189,8 +178,8 @@ def build_space(problem: Any) -> SearchSpace:
         Param("WARPS_Q", [1, 2, 4], description=_DESCRIPTIONS["WARPS_Q"]),
         Param("STAGES", [2, 3, 4, 5], description=_DESCRIPTIONS["STAGES"]),
         Param("VEC", [4, 8, 16], description=_DESCRIPTIONS["VEC"]),
-        Param("MERGE", [m for m in (0, 1, 2, 3, 4) if m < 3 or k <= _LIST_CAPACITY[m]], ordered=False,
-              description=_DESCRIPTIONS["MERGE"]),
+        Param("MERGE", [m for m in (0, 1, 2, 3, 4) if m < 3 or k <= _ops()._S.thread_list_capacity(m)],
+              ordered=False, description=_DESCRIPTIONS["MERGE"]),
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
         Param("MMA", [0, 1, 2], ordered=False, description=_DESCRIPTIONS["MMA"]),
@@ -213,7 +202,7 @@ def build_space(problem: Any) -> SearchSpace:
                    "EPI_ROWS=64 equals 128 when BLOCK_N is 64 (one pass either way)"),
         Constraint("min_blocks_threads", lambda c: c["MIN_BLOCKS"] * launch_threads(c) <= 2048,
                    "MIN_BLOCKS x threads exceeds 2048 threads per SM", code="static.threads"),
-        Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= max_accumulators(c),
+        Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= _ops().max_accumulators(c),
                    f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA=2 "
                    f"and 8 warps; certain spills)"),
         Constraint("thread_lists_threads", lambda c: c["MERGE"] < 3 or c["THREADS"] >= c["BLOCK_Q"],
@@ -428,6 +417,9 @@ class SimilarityFamily(TunableFamily):
         if (p.d * p.element_bytes) % config["VEC"]:
             out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
                                                    f"VEC={config['VEC']}"))
+        if config.get("MMA", 0) == 2 and (p.d * p.element_bytes) % 16:  # the measured inputs are contiguous
+            out.append(Rejection("static.problem", f"MMA=2 reads rows by TMA, which needs 16-byte multiples; "
+                                                   f"d={p.d} x {p.element_bytes} bytes is not one"))
         if config.get("MMA", 0) >= 1 and not _ops().wgmma_supported(arch):
             out.append(Rejection("static.arch", f"MMA={config['MMA']} (wgmma) runs on sm_90 only; the target is "
                                                 f"{arch}"))
