@@ -73,3 +73,22 @@ def test_sigkill_and_resume(tmp_path, count_complete):
     evaluated = [t["key"] for t in r.trials if t["evaluated"]]
     assert len(evaluated) == len(set(evaluated)) == 60
     assert sum(t["source"] == "lhs" for t in r.trials) <= 10
+
+
+def test_trial_killed_after_recording_its_outcome_is_not_counted(tmp_path):
+    """A kill between writing a trial's outcome and telling Optuna leaves it RUNNING with ``evaluated``; resuming
+    fails it as interrupted and drops the flag, so the results agree with the driver's budget count."""
+    from tunelab.tuning.study import ATTR, fail_interrupted
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    done = study.ask()
+    done.set_user_attr(ATTR, {"key": "A", "status": "ok", "evaluated": True})
+    study.tell(done, 1.0)
+    cut = study.ask()
+    cut.set_user_attr(ATTR, {"key": "B", "status": "ok", "evaluated": True, "record": {"measure_s": 0.1}})
+    assert fail_interrupted(study) == 1
+    a, b = study.get_trials()
+    assert a.state == TrialState.COMPLETE and info(a)["evaluated"] is True
+    assert b.state == TrialState.FAIL
+    assert b.user_attrs[ATTR] == {"key": "B", "status": "interrupted", "reason": "interrupted",
+                                  "record": {"measure_s": 0.1}}

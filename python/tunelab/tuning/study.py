@@ -92,11 +92,14 @@ def fail_interrupted(study: optuna.Study, status: str = "interrupted") -> int:
     """Mark trials left RUNNING by a killed process as FAIL (``status: interrupted``); returns how many.
 
     One driver per study is assumed: a study is resumed by the process that owns it.
+    A trial killed between recording its outcome and telling Optuna carries ``evaluated``; it is dropped, as the
+    outcome never reached the study: the budget does not count it and the config may be measured again.
     """
     storage = study._storage
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_user_attr(t._trial_id, ATTR, dict(info(t), status=status, reason=status))
+        attrs = {k: v for k, v in (t.user_attrs.get(ATTR) or {}).items() if k != "evaluated"}
+        storage.set_trial_user_attr(t._trial_id, ATTR, dict(attrs, status=status, reason=status))
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         n += 1
     return n
