@@ -1,8 +1,10 @@
 """Tuner efficiency on a brute-forced space, replayed offline (CPU only).
 
-For each strategy (LHS+GP as ``tunelab tune`` runs it by default on an enumerable space: Latin-hypercube seeds,
-then the Gaussian-process sampler of ``tunelab.tuning.surrogate``; LHS+TPE with the local search of
-``tunelab.tuning.local_search``, the previous default; LHS+TPE without it; TPE alone; random; grid; CMA-ES) and
+For each strategy (LHS+GP as ``tunelab tune`` runs it by default on an enumerable space: the family's default
+config, then 20 Latin-hypercube seeds, then the Gaussian-process sampler of ``tunelab.tuning.surrogate``; the same
+without the default-config seed (``lhs+gp-nodefault``, what that seed is worth); LHS+TPE (default-config seed,
+LHS, TPE with the local search of ``tunelab.tuning.local_search``), the previous default; LHS+TPE without the
+local search; and, unseeded, TPE alone, random, grid and CMA-ES) and
 each of 20 seeds, run the real tuner
 (``tunelab.tune`` with ``replay=``: same driver, gates, duplicate handling and compile-ahead window as a GPU
 run) and record the number of *evaluations* (distinct configs that passed the static gates and were compiled,
@@ -41,12 +43,13 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "tuner_efficiency.json"
 DEFAULT_STRATEGY = "lhs+gp"
 STRATEGIES = {
     "lhs+gp": {"sampler": "auto", "seed_trials": 20},
+    "lhs+gp-nodefault": {"sampler": "auto", "seed_trials": 20, "seed_default": False},
     "lhs+tpe": {"sampler": "tpe", "seed_trials": 20},
     "lhs+tpe-nolocal": {"sampler": "tpe", "seed_trials": 20, "local_every": 0},
-    "tpe": {"sampler": "tpe", "seed_trials": 0, "local_every": 0},
-    "random": {"sampler": "random", "seed_trials": 0},
-    "grid": {"sampler": "grid", "seed_trials": 0},
-    "cmaes": {"sampler": "cmaes", "seed_trials": 0},
+    "tpe": {"sampler": "tpe", "seed_trials": 0, "local_every": 0, "seed_default": False},
+    "random": {"sampler": "random", "seed_trials": 0, "seed_default": False},
+    "grid": {"sampler": "grid", "seed_trials": 0, "seed_default": False},
+    "cmaes": {"sampler": "cmaes", "seed_trials": 0, "seed_default": False},
 }
 THRESHOLDS = (0.05, 0.02)
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+#: trial sources that are seeds (enqueued before the sampler runs): the family default, --seed-from, Latin hypercube
+SEED_SOURCES = ("default", "seed_from", "lhs")
+
 
 def arm_label(arm: Mapping[str, Any]) -> str:
     """A confirmation arm's display name: its label, marked ``(default)`` when it is the family's default config
@@ -42,8 +45,8 @@ def plot_history(result: Any, ax=None):
     rej_x = []
     for t in d["trials"]:
         if t.get("status") == "ok" and t.get("value") is not None:
-            (seed_x if t.get("source") in ("lhs", "seed_from") else xs).append(t["number"])
-            (seed_y if t.get("source") in ("lhs", "seed_from") else ys).append(t["value"])
+            (seed_x if t.get("source") in SEED_SOURCES else xs).append(t["number"])
+            (seed_y if t.get("source") in SEED_SOURCES else ys).append(t["value"])
         elif t.get("status") in ("rejected", "failed") and t.get("evaluated"):
             rej_x.append(t["number"])
     measured = sorted(zip(xs + seed_x, ys + seed_y))
@@ -52,7 +55,7 @@ def plot_history(result: Any, ax=None):
         best = min(best, y)
         best_x.append(x)
         best_y.append(best)
-    ax.scatter(seed_x, seed_y, s=14, marker="s", color="tab:gray", label="seed (Latin hypercube)", zorder=2)
+    ax.scatter(seed_x, seed_y, s=14, marker="s", color="tab:gray", label="seed (default config, Latin hypercube)", zorder=2)
     ax.scatter(xs, ys, s=14, color="tab:blue", label="sampler", zorder=2)
     if best_x:
         ax.step(best_x, best_y, where="post", color="tab:red", label="best so far", zorder=3)

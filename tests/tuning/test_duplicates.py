@@ -36,7 +36,7 @@ class Stubborn(BaseSampler):
 def run(config, trials, **kw):
     backend = FakeBackend()
     r = tune(ToyFamily(), {"M": 1}, backend=backend, sampler=Stubborn(config), trials=trials, seed_trials=0,
-             storage="memory", progress=False, confirm=False, save_results_file=False, **kw)
+             seed_default=False, storage="memory", progress=False, confirm=False, save_results_file=False, **kw)
     return r, backend
 
 

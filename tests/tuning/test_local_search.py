@@ -63,7 +63,7 @@ def _run(path, **kw):
 def test_driver_gives_every_third_slot_to_local_search_after_the_seeds(toy_replay_path):
     r = _run(toy_replay_path)
     sources = [t["source"] for t in r.trials if t["evaluated"]]
-    assert sources[:8] == ["lhs"] * 8  # seeds first, untouched
+    assert sources[:9] == ["default"] + ["lhs"] * 8  # seeds first (the default config, then LHS), untouched
     n_local = sources.count("local")
     assert n_local >= 6, sources  # ~ one in three of the 32 proposals after the seeds
     # every local proposal is one change away from a config measured before it

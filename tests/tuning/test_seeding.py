@@ -73,3 +73,48 @@ def test_seed_from_parsing(tmp_path):
     p.write_text(json.dumps({"hello": 1}))
     with pytest.raises(ConfigError, match="neither"):
         top_configs_from_file(p, 3)
+
+
+def _tune_toy(**kw):
+    from tunelab.tuning.api import tune
+    from tunelab.tuning.fake import FakeBackend, ToyFamily
+
+    kw.setdefault("family", ToyFamily())
+    return tune(kw.pop("family"), {"M": 1}, backend=FakeBackend(), trials=8, seed_trials=4, storage="memory",
+                progress=False, confirm=False, save_results_file=False, **kw)
+
+
+def test_default_config_is_the_first_seed():
+    from tunelab.tuning.fake import TOY_DEFAULT, ToyFamily
+
+    r = _tune_toy()
+    key = ToyFamily().space(None).key(TOY_DEFAULT)
+    first = r.trials[0]
+    assert (first["source"], first["key"], first["status"]) == ("default", key, "ok")
+    assert [t["source"] for t in r.trials[1:5]] == ["lhs"] * 4  # the hypercube still gives seed_trials points
+    assert sum(t["key"] == key for t in r.trials if t["evaluated"]) == 1  # the hypercube does not repeat it
+    assert r.data["study"]["seeds_enqueued"] == {"default": 1, "seed_from": 0, "lhs": 4}
+    assert r.data["options"]["seed_default"] is True
+
+
+def test_seed_default_off_and_a_rejected_default_is_skipped_with_its_reason():
+    from tunelab.tuning.fake import ToyFamily
+
+    r = _tune_toy(seed_default=False)
+    assert "default" not in [t["source"] for t in r.trials]
+    assert r.data["study"]["seeds_enqueued"]["default"] == 0
+
+    class BigDefault(ToyFamily):  # a default the static gates reject (shared memory above 100 KB)
+        def default_config(self, problem):
+            return dict(super().default_config(problem), BLOCK_M=256, BLOCK_N=128, NUM_STAGES=4)
+
+    class AlienDefault(ToyFamily):  # a default outside the space
+        def default_config(self, problem):
+            return dict(super().default_config(problem), BLOCK_N=256)
+
+    r = _tune_toy(family=BigDefault())
+    assert "default" not in [t["source"] for t in r.trials] and r.data["evaluations"] == 8
+    assert r.data["study"]["seeds_enqueued"]["default_skipped"] == "rejected by the static gates for this problem"
+    r = _tune_toy(family=AlienDefault())
+    assert "default" not in [t["source"] for t in r.trials] and r.data["evaluations"] == 8
+    assert "BLOCK_N=256 is not one of the accepted values" in r.data["study"]["seeds_enqueued"]["default_skipped"]

@@ -67,7 +67,7 @@ def test_default_is_gp_without_local_search(toy_replay_path):
              confirm=False, save_results_file=False)
     assert r.data["study"]["sampler"] == "gp" and r.data["options"]["local_every"] == 0
     sources = [t["source"] for t in r.trials if t["evaluated"]]
-    assert sources.count("lhs") == 5 and set(sources[5:]) == {"sampler"}
+    assert sources[:6] == ["default"] + ["lhs"] * 5 and set(sources[6:]) == {"sampler"}
     # it chooses among valid configs only, each once: no static rejection, no duplicate
     assert not any((t["reason"] or "").startswith("static.") for t in r.trials)
     assert not any(t["status"] == "duplicate" for t in r.trials)

@@ -81,6 +81,17 @@ def _progress(enabled: bool | None):
     return SearchProgress()
 
 
+def _default_seed_problem(space, config, is_valid) -> str | None:
+    """Why the default config cannot seed the study (not a config of the space, or statically rejected), or None."""
+    try:
+        config = space.validate(config)
+    except ConfigError as e:
+        return f"not a config of {space.name!r}: {e}"
+    if not is_valid(config):
+        return "rejected by the static gates for this problem"
+    return None
+
+
 def tune(family: str | TunableFamily = "attention", problem: Any = None, *, trials: int = 120,
          seed_trials: int = 20, sampler: str | optuna.samplers.BaseSampler = "auto", seed: int = 0,
          timeout: float | None = None, patience: int | None = None, target_speedup: float = 1.10, top_k: int = 3,
@@ -92,10 +103,12 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
          arch: str | None = None, progress: bool | None = None, save_to_store: bool | None = None,
          results_path: str | os.PathLike | None = None, save_results_file: bool = True,
          stop_at: float | None = None, on_trial: Callable[[dict], None] | None = None,
-         n_resamples: int = 9999, local_every: int | None = None, local_width: int = 5) -> TuneResult:
+         n_resamples: int = 9999, local_every: int | None = None, local_width: int = 5,
+         seed_default: bool = True) -> TuneResult:
     """Find the fastest correct config of ``family`` for ``problem`` on this GPU and prove it.
 
-    Search (``trials`` evaluations, ``seed_trials`` Latin-hypercube seeds, ``sampler`` one of
+    Search (``trials`` evaluations; first the family's default config (``seed_default``: it is the config tuning
+    is compared against, and a sensible start), then ``seed_trials`` Latin-hypercube seeds; ``sampler`` one of
     ``auto | gp | tpe | random | grid | cmaes | nsga2`` or an Optuna sampler object (``auto``: ``gp``, a
     Gaussian-process model choosing among all valid configs, when they can be enumerated, else ``tpe``; see
     :mod:`tunelab.tuning.samplers`), optional ``timeout`` seconds and ``patience`` evaluations; once the seeds are
@@ -171,10 +184,18 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
                                         "source_hash": source_hash, "space": space.to_dict(), "created": utcnow()})
 
     # Seeding happens once per study; a resumed study keeps its (possibly still waiting) seeds.
-    seeds_info = {"lhs": 0, "seed_from": 0}
+    seeds_info: dict[str, Any] = {"default": 0, "seed_from": 0, "lhs": 0}
     if not study.user_attrs.get("seeded"):
         existing = {info(t).get("key") for t in study.get_trials(deepcopy=False)}
         chosen: list[tuple[dict, str]] = []
+        if seed_default:
+            why = _default_seed_problem(space, default_config, is_valid)
+            if why is None and space.key(default_config) not in existing:
+                chosen.append((space.validate(default_config), "default"))
+                existing.add(space.key(default_config))
+                seeds_info["default"] = 1
+            elif why is not None:
+                seeds_info["default_skipped"] = why
         if seed_from:
             kind, arg = parse_seed_from(seed_from)
             if kind == "file":
@@ -266,7 +287,7 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
                     "target_speedup": target_speedup, "top_k": top_k, "confirm_rounds": confirm_rounds,
                     "compile_workers": options.compile_workers, "lookahead": options.lookahead,
                     "measure_timeout": measure_timeout, "gates": gates.to_dict(), "seed_from": seed_from,
-                    "local_every": local_every, "local_width": local_width},
+                    "local_every": local_every, "local_width": local_width, "seed_default": seed_default},
         "space": space.to_dict(), "default_config": default_config,
         "stop_reason": stop_reason, "evaluations": driver.evaluated, "duplicates": driver.duplicates,
         "trials": trials_out, "gates": driver.gates.to_dict(),

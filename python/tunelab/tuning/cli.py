@@ -69,6 +69,8 @@ def register(subparsers) -> None:
     p.add_argument("--trials", type=_positive_int, default=120,
                    help="evaluations (distinct configs compiled and gated/measured; default 120)")
     p.add_argument("--seed-trials", type=int, default=20, help="Latin-hypercube seed configs (default 20)")
+    p.add_argument("--no-seed-default", action="store_true",
+                   help="do not measure the family's default config first (by default it is the first seed)")
     p.add_argument("--sampler", default="auto", choices=list(SAMPLERS),
                    help="search strategy (default auto: gp, a Gaussian-process model choosing among all valid "
                         "configs, when they can be enumerated, else tpe)")
@@ -155,7 +157,7 @@ def cmd_tune(args) -> int:
                   target_speedup=args.target_speedup, top_k=args.top_k, confirm_rounds=args.confirm_rounds,
                   confirm=not args.no_confirm, storage=args.storage, study_name=args.study_name,
                   replay=args.replay, seed_from=args.seed_from, compile_workers=args.compile_workers,
-                  local_every=args.local_every, local_width=args.local_width,
+                  local_every=args.local_every, local_width=args.local_width, seed_default=not args.no_seed_default,
                   measure_timeout=args.measure_timeout, progress=not args.quiet,
                   save_to_store=False if args.no_store else None, results_path=args.results)
     console = Console()
