@@ -1,7 +1,8 @@
 """One real study on the seed workload, end to end, with its wall-clock split (GPU).
 
 ``tunelab tune attention --shape 16,16,512,64 --dtype fp16 --trials 120`` as a script: a fresh study (its own
-SQLite file, so nothing is resumed), 20 Latin-hypercube seeds + TPE, gates, fault-isolated measurement,
+SQLite file, so nothing is resumed), the default config and 20 Latin-hypercube seeds, then the default sampler
+(``auto``: the Gaussian-process sampler on this enumerable space), gates, fault-isolated measurement,
 confirmation of the top 3 + default config + every SDPA backend over 100 interleaved rounds, bootstrap CIs and
 the verdict. Writes the full results document to ``benchmarks/results/tune_seed.json`` and prints the split
 (compile wait, measure, confirm, sampler, overhead). Goal: under 15 minutes end to end.
