@@ -13,21 +13,29 @@ from tunelab import __version__
 
 
 def git_commit() -> str | None:
-    """The git commit of the tunelab checkout in use (or of the current directory), with '+dirty' if modified."""
+    """The git commit of the tunelab checkout in use (or of the current directory), with '+dirty' if modified.
+
+    Only a repository that holds tunelab's sources (``python/tunelab``) counts: an installed copy can sit inside
+    another repository (a pyenv checkout holds site-packages), whose commit says nothing about tunelab.
+    ``TUNELAB_GIT_COMMIT`` overrides the lookup (a checkout copied without ``.git``, as on a GPU machine).
+    """
     override = os.environ.get("TUNELAB_GIT_COMMIT")
     if override:
         return override
     candidates = [Path(__file__).resolve().parents[2], Path.cwd()]
     for where in candidates:
         try:
-            commit = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True,
-                                    text=True, timeout=5)
-            if commit.returncode != 0:
+            top = subprocess.run(["git", "-C", str(where), "rev-parse", "--show-toplevel", "HEAD"],
+                                 capture_output=True, text=True, timeout=5)
+            if top.returncode != 0:
                 continue
-            dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+            root, commit = top.stdout.split()[:2]
+            if not (Path(root) / "python" / "tunelab" / "__init__.py").is_file():
+                continue
+            dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
                                    capture_output=True, text=True, timeout=5)
-            return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-        except (OSError, subprocess.SubprocessError):
+            return commit + ("+dirty" if dirty.stdout.strip() else "")
+        except (OSError, subprocess.SubprocessError, ValueError):
             continue
     return None
 
