@@ -102,3 +102,26 @@ def test_put_result_from_confirmed_run(cache, toy_replay_path, toy_family):
     assert got == r.best_config  # M=4000 shares the 4096 bucket under the default rule
     e = store.entries("NVIDIA H200")[0]
     assert e["verdict"] == r.verdict and e["speedup"]["against"] == "reference_lib"
+
+
+def test_ops_see_a_store_write_made_in_the_same_process(cache, monkeypatch):
+    """An op resolved before ``tune()`` (or ``tunelab import``) stored a config uses the stored one afterwards,
+    with no ``clear_caches()`` call; between writes the resolved config stays cached."""
+    from tunelab.ops import dispatch
+    from tunelab.tuning.family import get_family
+
+    monkeypatch.setattr(dispatch, "device_name", lambda index: "NVIDIA H200")
+    calls = []
+
+    def resolve():
+        return dispatch.resolve("attention", 0, attn(512), ("test-op", 512), adapt=dict,
+                                default=lambda: calls.append(1) or {"BLOCK_M": 16})
+
+    dispatch.clear_caches()
+    try:
+        assert resolve() == ({"BLOCK_M": 16}, "default")
+        assert resolve() == ({"BLOCK_M": 16}, "default") and len(calls) == 1  # cached
+        store.put(entry(attn(512), {"BLOCK_M": 128}, source_hash=get_family("attention").source_hash()))
+        assert resolve() == ({"BLOCK_M": 128}, "store")
+    finally:
+        dispatch.clear_caches()

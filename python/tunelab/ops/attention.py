@@ -356,7 +356,8 @@ def resolve_config(device_index: int, *, head_dim: int, dtype: str, causal: bool
     """The config the op uses without an explicit one, and where it came from (``"store"`` or ``"default"``).
 
     Looks up the tuned-config store (``tunelab.tuning.store``) for this device and shape bucket; cached per
-    process and bucket (``clear_caches()`` forgets it, e.g. after tuning in the same process).
+    process and bucket until this process writes the store (``clear_caches()`` forgets it, e.g. after another
+    process wrote the store).
     """
     from tunelab.kernel import current_arch
     from tunelab.tuning.family import next_pow2

@@ -1,6 +1,7 @@
 """Which config an op runs when the caller gives none: the tuned-config store's entry for this GPU and the
 problem's bucket (``tunelab.tuning.store``), else the family's documented default. One cache per process for
-every op; :func:`clear_caches` forgets it (e.g. after tuning in the same process). Compiled kernels stay loaded.
+every op; it is dropped when this process writes the store (``tune()``, ``tunelab import``), and
+:func:`clear_caches` forgets it (e.g. after another process wrote the store). Compiled kernels stay loaded.
 """
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from typing import Any, Callable, Hashable, Mapping
 from tunelab.errors import TunelabError
 
 _CACHE: dict[tuple, tuple[dict, str]] = {}
+_CACHE_GENERATION = [-1]  # the store's write count the cached configs were resolved against
+
+
+def _store():
+    try:
+        from tunelab.tuning import store
+    except ImportError:
+        return None
+    return store
 
 
 def device_name(index: int) -> str:
@@ -24,19 +34,20 @@ def resolve(family: str, device_index: int, problem: Mapping[str, Any], key: Has
     """``(config, source)``: the stored config passed through ``adapt`` (source ``"store"``), or ``default()``
     (source ``"default"``) when there is none, it is stale, or ``adapt`` rejects it.
 
-    ``family``: the family name (the store imports the family when it needs its bucket rule). ``key`` starts with the op's name and holds every input that ``adapt``
-    and ``default`` read besides the stored entry (exact k, nq, ...) and the store bucket's inputs: the result is
-    cached under it.
+    ``family``: the family name (the store imports the family when it needs its bucket rule). ``key`` starts with
+    the op's name and holds every input that ``adapt`` and ``default`` read besides the stored entry (exact k, nq,
+    ...) and the store bucket's inputs: the result is cached under it until this process writes the store.
     """
     full_key = (device_index, key)
+    store = _store()
+    written = store.generation() if store is not None else 0
+    if written != _CACHE_GENERATION[0]:
+        _CACHE.clear()
+        _CACHE_GENERATION[0] = written
     hit = _CACHE.get(full_key)
     if hit is not None:
         return dict(hit[0]), hit[1]
     cfg, source = None, "default"
-    try:
-        from tunelab.tuning import store
-    except ImportError:
-        store = None
     if store is not None:
         try:
             found = store.lookup(family, device_name(device_index), problem)

@@ -146,9 +146,21 @@ def _read(path: Path) -> dict:
     return data
 
 
+_generation = 0
+
+
+def generation() -> int:
+    """How many times this process has written a store file (``tunelab.ops.dispatch`` drops the configs it
+    resolved when this changes, so an op called after ``tune()`` or an import in the same process uses the new
+    entry)."""
+    return _generation
+
+
 def _write(path: Path, data: dict) -> None:
+    global _generation
     write_json(path, data, sort_keys=True)
     _cached_read.cache_clear()
+    _generation += 1
 
 
 @functools.lru_cache(maxsize=64)
