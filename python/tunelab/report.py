@@ -55,7 +55,8 @@ def plot_history(result: Any, ax=None):
         best = min(best, y)
         best_x.append(x)
         best_y.append(best)
-    ax.scatter(seed_x, seed_y, s=14, marker="s", color="tab:gray", label="seed (default config, Latin hypercube)", zorder=2)
+    ax.scatter(seed_x, seed_y, s=14, marker="s", color="tab:gray", label="seed (default config, Latin hypercube)",
+               zorder=2)
     ax.scatter(xs, ys, s=14, color="tab:blue", label="sampler", zorder=2)
     if best_x:
         ax.step(best_x, best_y, where="post", color="tab:red", label="best so far", zorder=3)

@@ -196,7 +196,8 @@ def put_result(result, family: TunableFamily) -> Path:
     d = result.data
     conf = result.confirmation
     if conf is None or conf.best is None:
-        raise TunelabError("only a confirmed result can be stored: this study ran without confirmation (--no-confirm or confirm=False); rerun it with confirmation to store its winner")
+        raise TunelabError("only a confirmed result can be stored: this study ran without confirmation (--no-confirm "
+                           "or confirm=False); rerun it with confirmation to store its winner")
     best = conf.arm(conf.best)
     sp = conf.speedup_vs_baseline
     sd = conf.speedup_vs_default
