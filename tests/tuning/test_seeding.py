@@ -95,6 +95,10 @@ def test_default_config_is_the_first_seed():
     assert sum(t["key"] == key for t in r.trials if t["evaluated"]) == 1  # the hypercube does not repeat it
     assert r.data["study"]["seeds_enqueued"] == {"default": 1, "seed_from": 0, "lhs": 4}
     assert r.data["options"]["seed_default"] is True
+    # --seed-from counts its own seeds only (the default's seed is counted apart)
+    r = _tune_toy(seed_from="occupancy", seed_from_k=3)
+    assert [t["source"] for t in r.trials[:8]] == ["default"] + ["seed_from"] * 3 + ["lhs"] * 4
+    assert r.data["study"]["seeds_enqueued"] == {"default": 1, "seed_from": 3, "lhs": 4}
 
 
 def test_seed_default_off_and_a_rejected_default_is_skipped_with_its_reason():

@@ -81,17 +81,6 @@ def _progress(enabled: bool | None):
     return SearchProgress()
 
 
-def _default_seed_problem(space, config, is_valid) -> str | None:
-    """Why the default config cannot seed the study (not a config of the space, or statically rejected), or None."""
-    try:
-        config = space.validate(config)
-    except ConfigError as e:
-        return f"not a config of {space.name!r}: {e}"
-    if not is_valid(config):
-        return "rejected by the static gates for this problem"
-    return None
-
-
 def tune(family: str | TunableFamily = "attention", problem: Any = None, *, trials: int = 120,
          seed_trials: int = 20, sampler: str | optuna.samplers.BaseSampler = "auto", seed: int = 0,
          timeout: float | None = None, patience: int | None = None, target_speedup: float = 1.10, top_k: int = 3,
@@ -188,14 +177,26 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
     if not study.user_attrs.get("seeded"):
         existing = {info(t).get("key") for t in study.get_trials(deepcopy=False)}
         chosen: list[tuple[dict, str]] = []
-        if seed_default:
-            why = _default_seed_problem(space, default_config, is_valid)
-            if why is None and space.key(default_config) not in existing:
-                chosen.append((space.validate(default_config), "default"))
-                existing.add(space.key(default_config))
-                seeds_info["default"] = 1
-            elif why is not None:
-                seeds_info["default_skipped"] = why
+
+        def admit(config: dict, source: str) -> str | None:
+            """Queue ``config`` as a seed from ``source``; or say why not (not a config of the space, e.g. one of
+            an older space; statically rejected; already in the study)."""
+            try:
+                config = space.validate(config)
+            except ConfigError as e:
+                return f"not a config of {space.name!r}: {e}"
+            if not is_valid(config):
+                return "rejected by the static gates for this problem"
+            key = space.key(config)
+            if key in existing:
+                return "already in the study"
+            chosen.append((config, source))
+            existing.add(key)
+            seeds_info[source] += 1
+            return None
+
+        if seed_default and (why := admit(default_config, "default")) is not None:
+            seeds_info["default_skipped"] = why
         if seed_from:
             kind, arg = parse_seed_from(seed_from)
             if kind == "file":
@@ -209,14 +210,7 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
                                       "seed from a file or study instead, or narrow the space")
                 configs = occupancy_ranked(valid_pool, backend.prepare, seed_from_k, seed=seed)
             for c in configs:
-                try:
-                    c = space.validate(c)
-                except ConfigError:
-                    continue  # a config of an older space: skip it, don't fail the study
-                if is_valid(c) and space.key(c) not in existing:
-                    chosen.append((c, "seed_from"))
-                    existing.add(space.key(c))
-            seeds_info["seed_from"] = len(chosen)
+                admit(c, "seed_from")  # configs of an older space or already seeded are skipped, not fatal
         lhs = lhs_configs(space, seed_trials, is_valid, seed=seed, valid_pool=valid_pool, exclude=list(existing))
         chosen += [(c, "lhs") for c in lhs]
         seeds_info["lhs"] = len(lhs)
