@@ -11,15 +11,6 @@ from typing import Any, Callable, Hashable, Mapping
 from tunelab.errors import TunelabError
 
 _CACHE: dict[tuple, tuple[dict, str]] = {}
-_CACHE_GENERATION = [-1]  # the store's write count the cached configs were resolved against
-
-
-def _store():
-    try:
-        from tunelab.tuning import store
-    except ImportError:
-        return None
-    return store
 
 
 def device_name(index: int) -> str:
@@ -39,16 +30,16 @@ def resolve(family: str, device_index: int, problem: Mapping[str, Any], key: Has
     ...) and the store bucket's inputs: the result is cached under it until this process writes the store.
     """
     full_key = (device_index, key)
-    store = _store()
-    written = store.generation() if store is not None else 0
-    if written != _CACHE_GENERATION[0]:
-        _CACHE.clear()
-        _CACHE_GENERATION[0] = written
     hit = _CACHE.get(full_key)
     if hit is not None:
         return dict(hit[0]), hit[1]
     cfg, source = None, "default"
+    try:
+        from tunelab.tuning import store
+    except ImportError:
+        store = None
     if store is not None:
+        store.on_write(clear_caches)
         try:
             found = store.lookup(family, device_name(device_index), problem)
         except TunelabError as exc:

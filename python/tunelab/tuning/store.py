@@ -22,7 +22,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from tunelab.errors import ConfigError, TunelabError
 from tunelab.jsonfile import read_json, write_json
@@ -146,21 +146,22 @@ def _read(path: Path) -> dict:
     return data
 
 
-_generation = 0
+_on_write: list[Callable[[], None]] = []
 
 
-def generation() -> int:
-    """How many times this process has written a store file (``tunelab.ops.dispatch`` drops the configs it
-    resolved when this changes, so an op called after ``tune()`` or an import in the same process uses the new
-    entry)."""
-    return _generation
+def on_write(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` after every write of a store file by this process (once per callback, however often it
+    is registered): ``tunelab.ops.dispatch`` drops the configs it resolved, so an op called after ``tune()`` or an
+    import in the same process uses the new entry."""
+    if callback not in _on_write:
+        _on_write.append(callback)
 
 
 def _write(path: Path, data: dict) -> None:
-    global _generation
     write_json(path, data, sort_keys=True)
     _cached_read.cache_clear()
-    _generation += 1
+    for callback in _on_write:
+        callback()
 
 
 @functools.lru_cache(maxsize=64)
