@@ -196,12 +196,14 @@ def build_space(problem: Any) -> SearchSpace:
                    "BLOCK_N must be a multiple of 16 * WARPS_N", code="static.divisibility"),
         Constraint("warps_tile_block_q", lambda c: c["BLOCK_Q"] % (8 * c["WARPS_Q"]) == 0,
                    "BLOCK_Q must be a multiple of 8 * WARPS_Q", code="static.divisibility"),
+        # 16 warps x MIN_BLOCKS 2 (MMA=2: 1) stay within 2048 threads per SM: no separate MIN_BLOCKS rule
         Constraint("warp_count", lambda c: 2 <= c["WARPS_N"] * c["WARPS_Q"] <= 16,
                    "a block has 2 to 16 warps", code="static.threads"),
         Constraint("epi_rows_changes_code", lambda c: c["EPI_ROWS"] == 128 or c["BLOCK_N"] > 64,
                    "EPI_ROWS=64 equals 128 when BLOCK_N is 64 (one pass either way)"),
-        Constraint("min_blocks_threads", lambda c: c["MIN_BLOCKS"] * launch_threads(c) <= 2048,
-                   "MIN_BLOCKS x threads exceeds 2048 threads per SM", code="static.threads"),
+        Constraint("vec_changes_code", lambda c: c["MMA"] != 2 or c["VEC"] == 16,
+                   "MMA=2 copies by TMA, so VEC changes nothing there: only VEC=16 is listed (it also carries the "
+                   "16-byte row rule TMA needs)"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= _ops().max_accumulators(c),
                    f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA=2 "
                    f"and 8 warps; certain spills)"),
@@ -235,11 +237,6 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     static = c["STAGES"] * (c["BLOCK_N"] + bq) * row + bq * (epi + 4) * 4 + scratch + norms + bars + \
         c["WARPS_N"] * bq * 4 + mbarriers  # + the pre-check's hit flags
     return static + lists
-
-
-def launch_threads(c: Mapping[str, Any]) -> int:
-    """Threads per block at launch: the MMA warps, plus MMA=2's TMA producer warpgroup."""
-    return 32 * c["WARPS_N"] * c["WARPS_Q"] + (128 if c.get("MMA", 0) == 2 else 0)
 
 
 def thread_list_parts(threads: int, block_q: int) -> int:
@@ -414,12 +411,10 @@ class SimilarityFamily(TunableFamily):
         if smem > limit:
             out.append(Rejection("static.smem", f"{smem} bytes of shared memory for k={p.k} > {limit} bytes opt-in "
                                                 f"limit per block on {arch}"))
-        if (p.d * p.element_bytes) % config["VEC"]:
+        if (p.d * p.element_bytes) % config["VEC"]:  # the measured inputs are contiguous: rows are d long
+            tma = " (MMA=2 reads rows by TMA, 16 bytes at a time)" if config.get("MMA", 0) == 2 else ""
             out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
-                                                   f"VEC={config['VEC']}"))
-        if config.get("MMA", 0) == 2 and (p.d * p.element_bytes) % 16:  # the measured inputs are contiguous
-            out.append(Rejection("static.problem", f"MMA=2 reads rows by TMA, which needs 16-byte multiples; "
-                                                   f"d={p.d} x {p.element_bytes} bytes is not one"))
+                                                   f"VEC={config['VEC']}{tma}"))
         if config.get("MMA", 0) >= 1 and not _ops().wgmma_supported(arch):
             out.append(Rejection("static.arch", f"MMA={config['MMA']} (wgmma) runs on sm_90 only; the target is "
                                                 f"{arch}"))
