@@ -32,7 +32,7 @@ def test_commit_of_a_tunelab_checkout_only(tmp_path, monkeypatch):
     monkeypatch.chdir(foreign)
     assert env.git_commit() is None
 
-    checkout = tmp_path / "tunelab"
+    checkout = tmp_path / "tune lab"  # a space in the path
     head = _repo(checkout, {"python/tunelab/__init__.py": "", "README.md": "tunelab\n"})
     monkeypatch.chdir(checkout)
     assert env.git_commit() == head

@@ -29,7 +29,7 @@ def git_commit() -> str | None:
                                  capture_output=True, text=True, timeout=5)
             if top.returncode != 0:
                 continue
-            root, commit = top.stdout.split()[:2]
+            root, commit = top.stdout.splitlines()[:2]
             if not (Path(root) / "python" / "tunelab" / "__init__.py").is_file():
                 continue
             dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
