@@ -19,12 +19,14 @@ def read_json(path: str | os.PathLike, what: str, *, missing_hint: str = "", inv
     not valid gzip), each followed by the hint given for that case.
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"{what} {str(p)!r} does not exist" + (f"; {missing_hint}" if missing_hint else ""))
+    if p.is_dir():
+        raise ConfigError(f"{what} {str(p)!r} is a folder; give the path of the file in it")
     try:
         raw = p.read_bytes()
-    except OSError as exc:  # permissions, a directory, I/O: not a question of the content
-        raise TunelabError(f"{what} {str(p)!r} cannot be read ({exc}); check its permissions") from None
+    except OSError as exc:  # permissions or I/O: not a question of the content
+        raise TunelabError(f"{what} {str(p)!r} cannot be read ({exc}); check that you may read it") from None
     try:
         if p.suffix == ".gz":
             raw = gzip.decompress(raw)  # a corrupt gzip stream raises BadGzipFile (an OSError) or EOFError

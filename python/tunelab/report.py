@@ -8,9 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-#: trial sources that are seeds (enqueued before the sampler runs): the family default, --seed-from, Latin hypercube
-SEED_SOURCES = ("default", "seed_from", "lhs")
-
 
 def arm_label(arm: Mapping[str, Any]) -> str:
     """A confirmation arm's display name: its label, marked ``(default)`` when it is the family's default config
@@ -39,6 +36,8 @@ def _axes(ax, figsize=(7, 4)):
 
 def plot_history(result: Any, ax=None):
     """Median latency of every measured trial (dots, seeds marked) and the best so far (step line)."""
+    from tunelab.tuning.seeding import SEED_SOURCES
+
     d = _data(result)
     ax = _axes(ax)
     xs, ys, seed_x, seed_y = [], [], [], []

@@ -62,6 +62,8 @@ def test_replay_errors(toy_replay_path, tmp_path):
         tune("attention", replay=toy_replay_path, storage="memory", progress=False)
     with pytest.raises(ConfigError, match="does not exist"):
         tune("toy", replay=tmp_path / "missing.json", storage="memory", progress=False)
+    with pytest.raises(ConfigError, match="is a folder; give the path of the file in it"):
+        load_replay(tmp_path)
     bad = json.loads(toy_replay_path.read_text())
     bad["version"] = 99
     p = tmp_path / "v99.json"
@@ -80,9 +82,11 @@ def test_replay_round_trip(toy_replay_path, tmp_path, name):
     assert a.digest() == b.digest() and a.optimum() == b.optimum() and a.raw == b.raw
 
 
-def test_replay_family_takes_the_installed_space_when_it_is_the_recorded_one(toy_replay, monkeypatch):
+def test_replay_family_takes_the_installed_derived_values_when_its_space_is_the_recorded_one(toy_replay,
+                                                                                               monkeypatch):
     """The file cannot hold derived-value functions; the installed family's identical space supplies them (the gp
-    sampler uses them as features). A space that changed since the recording is not substituted."""
+    sampler uses them as features), not its constraints (the recorded rejections decide validity). A space that
+    changed since the recording is not used."""
     from tunelab.tuning import family as family_mod
     from tunelab.tuning.fake import ToyFamily, toy_space
     from tunelab.tuning.replay import ReplayFamily
@@ -93,6 +97,7 @@ def test_replay_family_takes_the_installed_space_when_it_is_the_recorded_one(toy
     assert live.to_dict() == toy_replay.space.to_dict()
     assert live.complete({"BLOCK_M": 64, "BLOCK_N": 32, "NUM_WARPS": 2, "NUM_STAGES": 2, "SWIZZLE": True,
                           "LAYOUT": "row"})["THREADS"] == 64
+    assert all(c.predicate is None for c in live.constraints)
 
     class Changed(ToyFamily):
         def space(self, problem):

@@ -19,8 +19,8 @@ from tunelab.tuning.gates import GateConfig, static_rejection
 from tunelab.env import fingerprint
 from tunelab.tuning.results import SCHEMA, VERSION, TuneResult, save_results, utcnow
 from tunelab.tuning.samplers import Codec, check_sampler_name, make_sampler, resolve_sampler
-from tunelab.tuning.seeding import (lhs_configs, occupancy_ranked, parse_seed_from, top_configs_from_file,
-                                    top_configs_from_study)
+from tunelab.tuning.seeding import (SEED_SOURCES, lhs_configs, occupancy_ranked, parse_seed_from,
+                                    top_configs_from_file, top_configs_from_study)
 from tunelab.tuning.study import (device_slug, fail_interrupted, info, make_study_name, open_storage, redact,
                                   trial_record)
 
@@ -173,7 +173,7 @@ def tune(family: str | TunableFamily = "attention", problem: Any = None, *, tria
                                         "source_hash": source_hash, "space": space.to_dict(), "created": utcnow()})
 
     # Seeding happens once per study; a resumed study keeps its (possibly still waiting) seeds.
-    seeds_info: dict[str, Any] = {"default": 0, "seed_from": 0, "lhs": 0}
+    seeds_info: dict[str, Any] = dict.fromkeys(SEED_SOURCES, 0)
     if not study.user_attrs.get("seeded"):
         existing = {info(t).get("key") for t in study.get_trials(deepcopy=False)}
         chosen: list[tuple[dict, str]] = []

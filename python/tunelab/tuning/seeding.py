@@ -22,6 +22,10 @@ from tunelab.errors import ConfigError
 from tunelab.jsonfile import read_json
 from tunelab.tuning.space import Config, SearchSpace
 
+#: where a study's seeds come from, in the order they are enqueued (a trial's ``source``; ``seeds_enqueued`` counts
+#: each): the family's default config, ``--seed-from``, the Latin hypercube
+SEED_SOURCES = ("default", "seed_from", "lhs")
+
 
 def _lhs(d: int, seed: int | None):
     from scipy.stats import qmc
