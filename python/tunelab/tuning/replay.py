@@ -142,19 +142,20 @@ def make_replay_dict(*, family: str, problem: Mapping[str, Any], problem_key: st
     }
 
 
-def _live_space(replay: ReplayData) -> SearchSpace | None:
-    """The installed family's space for the recorded problem if it serializes to the recorded space, else None
-    (family not installed, not importable here, or its space changed since the recording)."""
+def _space_with_live_derived(replay: ReplayData) -> SearchSpace:
+    """The recorded space, with the installed family's derived-value functions (e.g. model features for the GP
+    sampler, which the file cannot hold) when that family declares exactly the recorded space; its constraints stay
+    the recorded ones by name: the recorded static rejections alone decide validity, whatever code is installed."""
     try:
         from tunelab.tuning.family import get_family
 
         fam = get_family(replay.family)
-        space = fam.space(fam.problem_from_dict(replay.problem))
-    except Exception:  # noqa: BLE001 - any failure means: use the recorded space
-        return None
-    if not isinstance(space, SearchSpace) or space.to_dict() != replay.space.to_dict():
-        return None
-    return space
+        live = fam.space(fam.problem_from_dict(replay.problem))
+    except Exception:  # noqa: BLE001 - family not installed or not importable here: the recorded space as it is
+        return replay.space
+    if not isinstance(live, SearchSpace) or live.to_dict() != replay.space.to_dict():
+        return replay.space  # the family's space changed since the recording
+    return SearchSpace.from_dict(replay.raw["space"], derived=live.derived)
 
 
 class ReplayFamily(TunableFamily):
@@ -163,12 +164,11 @@ class ReplayFamily(TunableFamily):
     def __init__(self, replay: ReplayData):
         self.replay = replay
         self.name = replay.family
-        self._space = _live_space(replay) or replay.space
+        self._space = _space_with_live_derived(replay)
 
     def space(self, problem: Any) -> SearchSpace:
-        """The recorded space: the installed family's own space object when it declares exactly the recorded one
-        (so its constraint predicates and derived values, which the file cannot hold, are available, e.g. as model
-        features), else the space restored from the file (constraints and derived values by name only)."""
+        """The recorded space, with the installed family's derived-value functions when it declares exactly the
+        recorded space (constraints by name only; the recorded static rejections decide validity)."""
         return self._space
 
     def default_config(self, problem: Any) -> Config:

@@ -96,24 +96,25 @@ def attention_bucket(problem: Mapping[str, Any]) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=32)
+def _named_family(name: str) -> TunableFamily | None:
+    try:
+        return get_family(name)
+    except ConfigError:  # no family by that name here
+        return None
+
+
 def bucket_of(family: TunableFamily | str, problem: Any) -> dict:
     """The store bucket of a problem: the family's own ``store_key`` (a name is looked up with ``get_family``),
-    attention's rule for the attention family (on the problem as given: the keys stored entries have), the generic
-    rule (integers to the next power of two) otherwise."""
-    fam = family if isinstance(family, TunableFamily) else None
-    if isinstance(family, str):
-        try:
-            named = get_family(family)
-        except ConfigError:  # no family by that name here
-            named = None
-        if named is not None and type(named).store_key is not TunableFamily.store_key:
-            fam = named
-    name = family if isinstance(family, str) else getattr(family, "name", "")
-    pdict = fam.problem_dict(problem) if fam is not None else problem_to_dict(problem)
-    if name == "attention" and (fam is None or type(fam).store_key is TunableFamily.store_key):
-        return attention_bucket(pdict)
-    if fam is not None:
+    attention's rule for the attention family (for a name, on the problem as given: the keys stored entries have),
+    the generic rule (integers to the next power of two) otherwise."""
+    named = isinstance(family, str)
+    fam = _named_family(family) if named else family
+    if fam is not None and type(fam).store_key is not TunableFamily.store_key:
         return dict(fam.store_key(problem))
+    pdict = problem_to_dict(problem) if named or fam is None else fam.problem_dict(problem)
+    if (family if named else getattr(family, "name", "")) == "attention":
+        return attention_bucket(pdict)
     return {k: (next_pow2(v) if isinstance(v, int) and not isinstance(v, bool) else v) for k, v in pdict.items()}
 
 
