@@ -31,7 +31,7 @@ TmaDescBytes encode_tma_2d_16bit(const char* name, uint64_t base, bool bf16, lon
     const DriverApi& api = driver();
     if (!api.cuTensorMapEncodeTiled)
         throw DriverError("the CUDA driver has no cuTensorMapEncodeTiled (it needs CUDA 12.0 or newer); update the "
-                          "driver or use a config without TMA (similarity: MMA 0 or 1)",
+                          "driver, or run the kernel with a config that does not copy by TMA",
                           "cuTensorMapEncodeTiled", 0);
     CUtensorMap map;
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};

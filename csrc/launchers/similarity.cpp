@@ -237,7 +237,7 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     tunelab::sim::SearchParams p{};
     if (c.mma == 2) {  // TMA boxes: one slice of BLOCK_Q query rows / BLOCK_N corpus rows
         const int eb = element_bytes(dtype);
-        const int tma_vec = widest_copy(eb, {queries, corpus}, {q_stride, c_stride}, 0);
+        const int tma_vec = max_vec(dtype, {queries, corpus}, {q_stride, c_stride}, 0);
         if (tma_vec < 16)
             throw InputError("MMA=2 (TMA copies) needs 16-byte aligned query and corpus pointers and row strides (for "
                              "contiguous 16-bit rows: d a multiple of 8); these inputs allow " +
