@@ -17,13 +17,15 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
 The difference search - mainloop is what the per-tile top-k epilogue costs. Results go to
 benchmarks/results/similarity_probe.json with the environment fingerprint; a table is printed last.
 
-  python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000] [--variants sync|wgmma|tma|merge|all]
+  python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
+      [--variants sync|wgmma|tma|pingpong|merge|all]
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
   python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
       --from-study benchmarks/results/tune_similarity_1x10000000x768x10_fp32.json   # a study's configs elsewhere
 
-``--variants tma`` probes the TMA-fed wgmma main loop (MMA=2) into similarity_probe_tma.json. Every row also
-records the fraction of its indices equal to the first variant's (1.0 expected: the same products).
+``--variants tma`` probes the TMA-fed wgmma main loop (MMA=2) into similarity_probe_tma.json, ``--variants
+pingpong`` its ping-pong form (MMA=3) into similarity_probe_pingpong.json. Every row also records the fraction of
+its indices equal to the first variant's (1.0 expected: the same products).
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
 benchmarks/results/similarity_probe_wgmma.json instead; ``--variants merge`` the running top-k strategies (thread
@@ -97,6 +99,25 @@ def variants(nq: int) -> list[tuple[str, dict, int | None]]:
     return v
 
 
+def pingpong_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """Ping-pong warpgroups (MMA=3: each MMA warpgroup owns every other tile, so one's top-k epilogue overlaps the
+    other's MMAs) against the cooperative TMA loop (MMA=2, both warpgroups on every tile; the default before MMA=3,
+    named explicitly): 128-row tiles (a warpgroup's 2 m64 blocks x BLOCK_Q columns) with deeper or shallower rings
+    and score tiles, and 256-row tiles where the accumulators allow them (BLOCK_Q <= 64)."""
+    tma = {"MMA": 2, "BLOCK_K": 64, "WARPS_Q": 1, "WARPS_N": 8, "MERGE": 3}
+    if nq <= 112:
+        v = [("MMA=2 BN=128,S=5,E=128", {**tma, "BLOCK_N": 128, "STAGES": 5, "EPI_ROWS": 128}, None),
+             ("MMA=2 BN=256,S=4,E=64", {**tma, "BLOCK_N": 256, "STAGES": 4, "EPI_ROWS": 64}, None)]
+    else:
+        v = [("MMA=2 BN=256,S=3,E=64", {**tma, "BLOCK_N": 256, "STAGES": 3, "EPI_ROWS": 64}, None)]
+    pp = {**tma, "MMA": 3, "BLOCK_N": 128}
+    for st, epi in ((5, 64), (4, 64), (3, 64), (3, 128), (2, 128)):
+        v.append((f"pp BN=128,S={st},E={epi}", {**pp, "STAGES": st, "EPI_ROWS": epi}, None))
+    if nq <= 64:
+        v.append(("pp BN=256,S=3,E=64", {**pp, "BLOCK_N": 256, "STAGES": 3, "EPI_ROWS": 64}, None))
+    return v
+
+
 def main() -> int:
     import torch
 
@@ -107,9 +128,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
-    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "merge", "all"), default="sync",
+    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "pingpong", "merge", "all"), default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
-                         "merge: the running top-k strategies (MERGE); all: sync and wgmma")
+                         "pingpong: MMA=3 against MMA=2; merge: the running top-k strategies (MERGE); all: sync and "
+                         "wgmma")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     ap.add_argument("--from-study", type=Path, default=None,
                     help="a tuning results JSON (tune_seed.py --family similarity): its confirmed configs are added "
@@ -140,6 +162,8 @@ def main() -> int:
             return merge_variants(nq)
         if args.variants == "tma":
             return tma_variants(nq)
+        if args.variants == "pingpong":
+            return pingpong_variants(nq)
         return variants(nq) + wgmma_variants(nq)[1:]
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 

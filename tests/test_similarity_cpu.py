@@ -108,7 +108,7 @@ def test_smem_formula_python_matches_launcher_over_the_space():
             for cfg in configs[:: max(1, len(configs) // 400)]:
                 assert smem_bytes_py(cfg, eb, 16, metric) == S.topk_smem_bytes(cfg, code, mcode, 16), cfg
                 mmas.add(cfg["MMA"])
-    assert mmas == {0, 1, 2}
+    assert mmas == {0, 1, 2, 3}
 
 
 def test_gram_space_and_gates():
@@ -213,6 +213,26 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     assert [r.code for r in fam.static_gates(dict(small, MMA=2), prob, arch="sm_80")] == ["static.arch"]
     legacy = {k: v for k, v in wg.items() if k != "MMA"}
     assert sim.canonical_config(legacy)["MMA"] == 0
+    # MMA=3 (ping-pong warpgroups): two MMA warpgroups with thread lists; each owns whole tiles, so its accumulators
+    # cover all BLOCK_N rows, and it has its own score tile (ip: no norms) and list parts
+    pp = dict(wg, MMA=3, BLOCK_N=128, MERGE=3, STAGES=4, EPI_ROWS=64)
+    assert space.check(pp)[0] and sim.compile_arch(pp, "sm_90") == "sm_90a"
+    assert S.topk_threads(pp) == S.topk_threads(wg) + 128
+    assert sim.accumulators(pp) == 2 * sim.accumulators(dict(pp, MMA=2)) == 2 * 14 * 4
+    coop = dict(pp, MMA=2)
+    # a second score tile (112 x (64 + 4) floats) and a second group's part bars (1 part per column and group
+    # against 2 for the cooperative block's 256 threads: the same count)
+    assert S.topk_static_smem_bytes(pp, 0, 0) == S.topk_static_smem_bytes(coop, 0, 0) + 112 * 68 * 4
+    assert S.topk_smem_bytes(pp, 0, 0, 10) - S.topk_static_smem_bytes(pp, 0, 0) == 112 * 10 * 8
+    for bad, match in ((dict(pp, WARPS_N=4), "MMA=3 .*WARPS_N=8"), (dict(pp, MERGE=2), "MMA=3 .*MERGE 3 or 4"),
+                       (dict(pp, MIN_BLOCKS=2), "MIN_BLOCKS=1")):
+        with pytest.raises(ConfigError, match=match):
+            S.topk_validate(bad, 0, 0)
+        rej = space.rejection(bad)
+        assert rej is not None and "MMA=3" in rej.detail, (bad, rej)
+    # 256-row tiles of 112 queries: 224 accumulators per thread, rejected before compiling
+    rej = space.rejection(dict(pp, BLOCK_N=256))
+    assert rej is not None and "accumulators" in rej.detail
     # fit_config keeps the wgmma rules while shrinking (k = 256 needs 458 KiB of lists at 112 queries)
     fitted = sim.fit_config(wg, 256, "float16", sim.smem_limit("sm_90"))
     assert fitted["MMA"] == 1 and fitted["STAGES"] >= 3 and fitted["WARPS_Q"] == 1, fitted

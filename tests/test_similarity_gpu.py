@@ -166,7 +166,7 @@ def test_results_do_not_depend_on_config_or_splits():
         assert torch.equal(i, base_i) and torch.equal(s, base_s), splits
 
 
-#: wgmma main loop (MMA=1, 2) configs: two warpgroups with two m64 blocks each, one warpgroup with one; D_WG gives
+#: wgmma main loop (MMA 1..3) configs: two warpgroups with two m64 blocks each, one warpgroup with one; D_WG gives
 #: 4 slices of 64 elements per tile, the last one short (an MMA group is in flight across every refill barrier)
 _WGMMA = [
     dict(BLOCK_N=256, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
@@ -181,6 +181,15 @@ _WGMMA = [
          MIN_BLOCKS=1, MMA=2),
     dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=6, VEC=16, MERGE=3, EPI_ROWS=64,
          MIN_BLOCKS=1, MMA=2),
+    # MMA=3 (ping-pong warpgroups): a 2-stage ring shared by the two warpgroups' tiles, 128-row tiles in two passes
+    # with 2 parts per column and group; 256-row tiles (4 m64 blocks per warpgroup) with 4 parts per column and
+    # group, 32-entry lists; 5 stages of the nq = 100 tiling
+    dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=2, VEC=16, MERGE=3, EPI_ROWS=64,
+         MIN_BLOCKS=1, MMA=3),
+    dict(BLOCK_N=256, BLOCK_Q=16, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=4, EPI_ROWS=64,
+         MIN_BLOCKS=1, MMA=3),
+    dict(BLOCK_N=128, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=5, VEC=16, MERGE=3, EPI_ROWS=128,
+         MIN_BLOCKS=1, MMA=3),
 ]
 D_WG = 200
 
@@ -189,7 +198,7 @@ D_WG = 200
                     reason="wgmma main loop: sm_90 only")
 @pytest.mark.parametrize("dt", ("float16", "bfloat16"))
 def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
-    """MMA=1 and 2 against the float64 rule for every metric, the exact tie rule on integer data, and the mma.sync main
+    """MMA 1..3 against the float64 rule for every metric, the exact tie rule on integer data, and the mma.sync main
     loop's results: the same indices, scores within 1e-6 (the same products; the tensor cores may order the fp32
     accumulation differently)."""
     from tunelab.tuning.families.similarity import check_topk

@@ -53,7 +53,8 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"MERGE", {0, 1, 2, 3, 4}},      // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32)
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
-            {"MMA", {0, 1, 2}},              // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA
+            {"MMA", {0, 1, 2, 3}},           // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
+                                             // 3 = 2 with ping-pong warpgroups
         };
         std::vector<long long> q;
         for (int b = 8; b <= 128; b += 8) q.push_back(b);  // queries per block (MMA N side, n8 steps)
@@ -105,10 +106,16 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
         if (c.mma == 1 && c.stages < 3)
             config_error(fam, why + "STAGES >= 3 (one slice stays in flight on the tensor cores); got STAGES=" +
                          std::to_string(c.stages));
-        if (c.mma == 2 && c.min_blocks != 1)
+        if (c.mma >= 2 && c.min_blocks != 1)
             config_error(fam, why + "MIN_BLOCKS=1: it is built for one block per SM (with 8 MMA warps they take the "
                                     "producer warpgroup's registers, setmaxnreg); got MIN_BLOCKS=" +
                                     std::to_string(c.min_blocks));
+        if (c.mma == 3 && c.warps_n != 8)
+            config_error(fam, "MMA=3 (ping-pong warpgroups) needs WARPS_N=8: two MMA warpgroups that take turns on "
+                              "the tiles; got WARPS_N=" + std::to_string(c.warps_n) + " (use MMA=2 for one warpgroup)");
+        if (c.mma == 3 && c.merge < 3)
+            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4): each warpgroup keeps "
+                              "its own lists; got MERGE=" + std::to_string(c.merge) + " (use MMA=2 for MERGE 0..2)");
     }
     return c;
 }
@@ -125,18 +132,20 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const TopkConfig c = topk_validate(config, dtype, metric);
     // Mirrors TopkTraits: pipeline ring, score tile, per-warp scratch lists (not with thread lists), row norms
     // (cosine, l2), per-query {len, sel, thr_key, thr_idx} (thread lists: each part's k-th key), the pre-check's
-    // hit flags [WARPS_N][BLOCK_Q].
+    // hit flags [WARPS_N][BLOCK_Q]. Ping-pong (MMA=3) has a score tile and row norms per warpgroup.
     const bool thread_lists = c.merge >= 3;
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
     const long long stage = (c.block_n + c.block_q) * row_bytes;
     const long long epi = c.epi_rows();
-    const long long score = c.block_q * (epi + 4) * 4;
+    const long long groups = tunelab::sim::topk_tile_groups(c.mma);
+    const long long score = groups * c.block_q * (epi + 4) * 4;
     const long long scratch = thread_lists ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
-    const long long norms = metric != 0 ? c.block_n * 4LL : 0;
-    const long long bars = thread_lists ? tunelab::sim::thread_list_parts(c.threads(), c.block_q) * c.block_q * 4LL
+    const long long norms = metric != 0 ? groups * c.block_n * 4LL : 0;
+    const long long bars = thread_lists ? tunelab::sim::topk_list_parts(c.threads(), c.block_q, c.mma) * c.block_q * 4LL
                                         : c.block_q * 16LL;
     const long long meta = bars + c.warps_n * c.block_q * 4LL;  // + the pre-check's hit flags
-    const long long mbarriers = c.mma == 2 ? 16LL * c.stages : 0;  // full[] and empty[] of the TMA ring
+    // full[] and empty[] of the TMA ring
+    const long long mbarriers = tunelab::sim::topk_uses_tma(c.mma) ? 16LL * c.stages : 0;
     return c.stages * stage + score + scratch + norms + meta + mbarriers;
 }
 
@@ -145,7 +154,7 @@ long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {
     const TopkConfig c = topk_validate(config, dtype, metric);
     topk_check_k(c, k);
     return topk_static_smem_bytes(config, dtype, metric) +
-           tunelab::sim::topk_list_bytes(c.merge, c.threads(), c.block_q, k);
+           tunelab::sim::topk_list_bytes(c.merge, c.threads(), c.block_q, k, c.mma);
 }
 
 int topk_threads(const Config& config) {
@@ -235,11 +244,12 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                          std::to_string(cand_idx % 4) + " of a 4-byte word) must be 4-byte aligned: pass float32/int32 "
                          "tensors");
     tunelab::sim::SearchParams p{};
-    if (c.mma == 2) {  // TMA boxes: one slice of BLOCK_Q query rows / BLOCK_N corpus rows
+    if (tunelab::sim::topk_uses_tma(c.mma)) {  // TMA boxes: one slice of BLOCK_Q query rows / BLOCK_N corpus rows
         const int eb = element_bytes(dtype);
         const int tma_vec = max_vec(dtype, {queries, corpus}, {q_stride, c_stride}, 0);
         if (tma_vec < 16)
-            throw InputError("MMA=2 (TMA copies) needs 16-byte aligned query and corpus pointers and row strides (for "
+            throw InputError("MMA=" + std::to_string(c.mma) +
+                             " (TMA copies) needs 16-byte aligned query and corpus pointers and row strides (for "
                              "contiguous 16-bit rows: d a multiple of 8); these inputs allow " +
                              std::to_string(tma_vec) + "-byte copies: use MMA=1 (STAGES >= 3) or MMA=0");
         const auto tq = encode_tma_2d_16bit("the queries", queries, dtype == 1, nq, d, q_stride * eb, c.block_q,

@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   std::vector<float> cand_key;
   std::vector<int> cand_idx;
   int max_splits_seen = 0;
-  const long long smem = Tr::kStaticSmemBytes + topk_list_bytes(Tr::kMerge, Tr::kThreads, Tr::kBlockQ, k);
+  const long long smem = Tr::kStaticSmemBytes + topk_list_bytes(Tr::kMerge, Tr::kThreads, Tr::kBlockQ, k, Tr::kMma);
   if (smem > 227 * 1024) {  // the launcher's smem gate rejects this config for this k
     std::printf("RESULT skip smem=%lld > 227 KiB\n", smem);
     return 0;

@@ -19,8 +19,9 @@ enum : int { kIP = 0, kCosine = 1, kL2 = 2 };
 // [s * tiles_per_split, min((s + 1) * tiles_per_split, num_tiles)) and writes its per-query candidate list
 // (k entries, best first; missing entries key = -inf, idx = -1) to list (list_offset + s) of cand_key/cand_idx,
 // laid out [list][nq][k].
-// MMA=2 (TMA producer) reads the queries and the corpus through tensor maps the launcher encodes (zeros elsewhere):
-// 2-D, 16-bit elements, boxes of 64 columns x BLOCK_Q / BLOCK_N rows, 128-byte swizzle (CUtensorMap's bytes).
+// MMA 2 and 3 (TMA producer) read the queries and the corpus through tensor maps the launcher encodes (zeros
+// elsewhere): 2-D, 16-bit elements, boxes of 64 columns x BLOCK_Q / BLOCK_N rows, 128-byte swizzle (CUtensorMap's
+// bytes).
 struct alignas(64) SearchParams {
   unsigned long long tma_queries[16];
   unsigned long long tma_corpus[16];
@@ -99,12 +100,24 @@ TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;
 }
-// Threads per search block at launch: the MMA (and top-k) warps, plus MMA=2's TMA producer warpgroup.
-TUNELAB_SIM_HD constexpr int topk_launch_threads(int warps, int mma) { return 32 * warps + (mma == 2 ? 128 : 0); }
+// Main loops (MMA): 0 mma.sync, 1 wgmma fed by cp.async, 2 wgmma fed by a TMA producer warpgroup (the MMA warps
+// share every tile), 3 = 2 with ping-pong warpgroups (each of the two MMA warpgroups owns every other tile).
+TUNELAB_SIM_HD constexpr bool topk_uses_tma(int mma) { return mma >= 2; }
+// Groups of MMA warps that run tiles of their own: 2 for ping-pong (MMA=3), else 1 (every warp works on each tile).
+TUNELAB_SIM_HD constexpr int topk_tile_groups(int mma) { return mma == 3 ? 2 : 1; }
+// Threads per search block at launch: the MMA (and top-k) warps, plus the TMA producer warpgroup (MMA 2, 3).
+TUNELAB_SIM_HD constexpr int topk_launch_threads(int warps, int mma) {
+  return 32 * warps + (topk_uses_tma(mma) ? 128 : 0);
+}
+// Thread-list parts per query column in a whole block (MERGE 3, 4): those of each tile group (its threads /
+// BLOCK_Q, thread_list_parts()) times the groups. `threads` counts the MMA threads of the block.
+TUNELAB_SIM_HD constexpr int topk_list_parts(int threads, int block_q, int mma) {
+  return topk_tile_groups(mma) * thread_list_parts(threads / topk_tile_groups(mma), block_q);
+}
 // Dynamic shared memory of the search kernel that depends on k: two list buffers per query (MERGE 0..2), or the
 // lists of parts 1.. handed to part 0 at the end of a split (MERGE 3, 4).
-TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int block_q, int k) {
-  return (merge >= 3 ? thread_list_parts(threads, block_q) - 1 : 2) * static_cast<long long>(block_q) * k * 8;
+TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int block_q, int k, int mma) {
+  return (merge >= 3 ? topk_list_parts(threads, block_q, mma) - 1 : 2) * static_cast<long long>(block_q) * k * 8;
 }
 
 // The merge kernel's variants ("kinds"), chosen by k and the candidates per query: thread lists of 16 or 32

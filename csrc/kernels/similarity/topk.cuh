@@ -261,6 +261,15 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 //     epilogue, which synchronizes only them (named barrier 1). With two MMA warpgroups the producer's registers
 //     go to them (setmaxnreg: 24 and 240 per thread instead of 168 each), room for 256-row tiles' 112
 //     accumulators next to thread lists.
+//   3 (ping-pong, sm_90a): the producer and ring of 2, but each of the two MMA warpgroups owns whole tiles (all
+//     BLOCK_N rows, m64 blocks 0..MT-1), warpgroup w the split's tiles w, w + 2, ... The ring holds the slices in
+//     tile order, so the warpgroups take turns on the tensor cores: while one multiplies its tile, the other runs
+//     the top-k epilogue of its previous one, which no longer stalls the main loop. Each warpgroup has its own
+//     score tile, row norms, hit flags, thread-list parts and named barrier (1 + w); a stage is released by the
+//     4 warps of the warpgroup that read it. The column bars take the maximum over every part of both warpgroups
+//     (a part's k-th key bounds the column wherever it was found; a bar read while the other warpgroup raises it
+//     is an older, lower, still valid bar). At the end the parts of both meet as in write_thread_lists().
+//     Thread lists only (MERGE 3, 4): shared lists would need one per warpgroup and query.
 template <int DTYPE_, int METRIC_, int BLOCK_N_, int BLOCK_Q_, int BLOCK_K_, int WARPS_N_, int WARPS_Q_, int STAGES_,
           int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1, int MMA_ = 0>
 struct TopkTraits {
@@ -277,13 +286,19 @@ struct TopkTraits {
   static constexpr int kMinBlocks = MIN_BLOCKS_;  // __launch_bounds__ minimum: 2 caps registers for 2 blocks/SM
   static constexpr int kMma = MMA_;
   static constexpr bool kWgmma = MMA_ >= 1;
-  static constexpr bool kTmaProducer = MMA_ == 2;
+  static constexpr bool kTmaProducer = topk_uses_tma(MMA_);
+  static constexpr bool kPingPong = MMA_ == 3;
   static constexpr int kWarps = kWarpsN * kWarpsQ;  // the MMA (and top-k) warps
   static constexpr int kWarpgroups = kWarps / 4;  // wgmma path (kWarps is 4 or 8 there)
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kLaunchThreads = topk_launch_threads(kWarps, kMma);  // + MMA=2's producer warpgroup
-  // MMA=2 with two MMA warpgroups: registers per thread after the reconfiguration (128 x 24 + 256 x 240 = 384 x 168,
-  // the launch's allocation)
+  static constexpr int kLaunchThreads = topk_launch_threads(kWarps, kMma);  // + MMA 2, 3's producer warpgroup
+  // tile groups: warps that share a tile (all of them, or with ping-pong one warpgroup each)
+  static constexpr int kGroups = topk_tile_groups(kMma);
+  static constexpr int kGroupWarps = kWarps / kGroups;
+  static constexpr int kGroupThreads = 32 * kGroupWarps;
+  static constexpr int kTileWarpgroups = kPingPong ? 1 : kWarpgroups;  // warpgroups splitting a tile's rows
+  // MMA 2, 3 with two MMA warpgroups: registers per thread after the reconfiguration (128 x 24 + 256 x 240 =
+  // 384 x 168, the launch's allocation)
   static constexpr bool kMoveRegisters = kTmaProducer && kWarps == 8;
   static constexpr int kProducerRegs = 24, kMmaRegs = 240;
   static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
@@ -291,7 +306,7 @@ struct TopkTraits {
   static constexpr int kKSteps = kRowBytes / 32;
   static constexpr int kWarpN = kBlockN / kWarpsN;
   // m16 (mma.sync) or m64 (wgmma) row blocks per warp, and the distance between a warp's consecutive blocks
-  static constexpr int kMT = kWgmma ? kBlockN / (64 * kWarpgroups) : kWarpN / 16;
+  static constexpr int kMT = kWgmma ? kBlockN / (64 * kTileWarpgroups) : kWarpN / 16;
   static constexpr int kMtStride = kWgmma ? 64 : 16;
   // slices loaded ahead of the one being multiplied (wgmma keeps the previous slice's MMA in flight)
   static constexpr int kPrefetch = kWgmma ? kStages - 2 : kStages - 1;
@@ -306,27 +321,29 @@ struct TopkTraits {
   static constexpr int kScorePitch = kEpiRows + 4;        // floats; = 4 mod 32: conflict-free fragment stores
   static constexpr bool kNorms = kMetric != kIP;
   using Layout = SmemRowLayout<kRowBytes, 1>;
-  // thread lists (MERGE 3, 4): capacity, threads per query column and the rows of a pass each one scans
+  // thread lists (MERGE 3, 4): capacity, threads per query column in a tile group, the rows of a pass each one
+  // scans, and the parts of a column in the whole block
   static constexpr bool kThreadLists = kMerge >= 3;
   static constexpr int kListCap = kThreadLists ? thread_list_capacity(kMerge) : 1;
-  static constexpr int kParts = thread_list_parts(kThreads, kBlockQ);
+  static constexpr int kParts = thread_list_parts(kGroupThreads, kBlockQ);
   static constexpr int kPartRows = kEpiRows / kParts;
+  static constexpr int kListParts = topk_list_parts(kThreads, kBlockQ, kMma);
 
   static constexpr int kATileBytes = kBlockN * kRowBytes;
   static constexpr int kBTileBytes = kBlockQ * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kScoreOffset = kStages * kStageBytes;
-  static constexpr int kScoreBytes = kBlockQ * kScorePitch * 4;
-  static constexpr int kScratchOffset = kScoreOffset + kScoreBytes;
+  static constexpr int kScoreBytes = kBlockQ * kScorePitch * 4;  // per tile group
+  static constexpr int kScratchOffset = kScoreOffset + kGroups * kScoreBytes;
   static constexpr int kScratchBytes = kThreadLists ? 0 : kWarps * kEpiRows * 8;  // per warp: keys then indices
   static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
-  static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of the tile's corpus rows
-  static constexpr int kMetaOffset = kNormOffset + kNormBytes;
+  static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of a tile's corpus rows (per group)
+  static constexpr int kMetaOffset = kNormOffset + kGroups * kNormBytes;
   // {len, sel, thr_key, thr_idx} per query (thread lists: each part's k-th key, [PARTS][BLOCK_Q] floats), then the
   // pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer each: lane g == 0 of a quad column group in warp
   // row warp_n)
-  static constexpr int kMetaBytes = (kThreadLists ? kParts * kBlockQ * 4 : kBlockQ * 16) + kWarpsN * kBlockQ * 4;
-  // MMA=2: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring
+  static constexpr int kMetaBytes = (kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16) + kWarpsN * kBlockQ * 4;
+  // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring
   static constexpr int kBarOffset = kMetaOffset + kMetaBytes;
   static constexpr int kBarBytes = kTmaProducer ? 16 * kStages : 0;
   static constexpr int kListOffset = kBarOffset + kBarBytes;
@@ -350,15 +367,16 @@ struct TopkTraits {
   static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
   static_assert(!kThreadLists || kThreads >= kBlockQ, "thread lists: a thread per query column at least");
   static_assert(kStageBytes % 128 == 0 && kScoreBytes % 16 == 0, "region alignment");
-  static_assert(kMma >= 0 && kMma <= 2, "MMA 0 (mma.sync), 1 (wgmma) or 2 (wgmma, TMA producer)");
+  static_assert(kMma >= 0 && kMma <= 3, "MMA 0 (mma.sync), 1 (wgmma), 2 (wgmma, TMA producer) or 3 (2, ping-pong)");
   static_assert(!kWgmma || kDtype == kF16 || kDtype == kBF16, "wgmma path: fp16 and bf16 only");
   static_assert(!kWgmma || kRowBytes == 128, "wgmma path: 128-byte row slices (BLOCK_K = 64), the SWIZZLE_128B atom");
   static_assert(!kWgmma || (kWarpsQ == 1 && (kWarpsN == 4 || kWarpsN == 8)), "wgmma path: WARPS_Q = 1, WARPS_N 4 or 8");
-  static_assert(!kWgmma || kBlockN % (64 * kWarpgroups) == 0, "wgmma path: BLOCK_N a multiple of 64 per warpgroup");
+  static_assert(!kWgmma || kBlockN % (64 * kTileWarpgroups) == 0, "wgmma path: BLOCK_N a multiple of 64 per warpgroup");
   static_assert(!kWgmma || kTmaProducer || kStages >= 3,
                 "wgmma path: STAGES >= 3 (one slice in flight on the tensor cores)");
   static_assert(kMetaBytes % 8 == 0, "mbarriers are 8-byte aligned");
-  static_assert(!kTmaProducer || kMinBlocks == 1, "MMA=2: MIN_BLOCKS = 1 (the register reconfiguration's sizes)");
+  static_assert(!kTmaProducer || kMinBlocks == 1, "MMA 2, 3: MIN_BLOCKS = 1 (the register reconfiguration's sizes)");
+  static_assert(!kPingPong || (kWarps == 8 && kThreadLists), "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3 or 4");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
 };
 
@@ -371,6 +389,8 @@ struct TopkBlock {
   const SearchParams& p;
   unsigned char* smem;
   int tid, lane, warp, warp_n, warp_q, q0, KT;
+  int grp;  // tile group (ping-pong: the warpgroup; else 0) and this thread's index in it
+  int gtid;
   int row_base;  // tile row of this warp's first accumulator row block
   float* scores;
   float* norms;
@@ -380,11 +400,13 @@ struct TopkBlock {
   int* hits;  // [WARPS_N][BQ]: this tile has a key that beats column c's threshold, seen by warp row warp_n
   float* lkey;
   int* lidx;
-  // thread lists: this thread's column and part (part >= PARTS: no list), the parts' k-th keys, its own list
-  static constexpr int PARTS = Tr::kParts, PR = Tr::kPartRows;
-  int tl_col, tl_part;
+  // thread lists: this thread's column, its part in the tile group (>= PARTS: no list) and in the block, the parts'
+  // k-th keys, its own list
+  static constexpr int PARTS = Tr::kParts, PR = Tr::kPartRows, LIST_PARTS = Tr::kListParts;
+  static constexpr int HIT_ROWS = Tr::kWarpsN / Tr::kGroups;  // rows of hit flags per tile group (its warps)
+  int tl_col, tl_lpart, tl_part;
   bool tl_live;  // this thread keeps a list: a part of a real (not padding) query column
-  float* part_bar;  // [PARTS][BQ]
+  float* part_bar;  // [LIST_PARTS][BQ]
   ThreadTopk<Tr::kListCap> tl;
 
   __device__ __forceinline__ TopkBlock(const SearchParams& params, unsigned char* s) : p(params), smem(s) {
@@ -395,20 +417,23 @@ struct TopkBlock {
     warp_q = warp / Tr::kWarpsN;
     q0 = static_cast<int>(blockIdx.x) * BQ;
     KT = (p.d + BK - 1) / BK;
-    if constexpr (Tr::kWgmma) row_base = (warp / 4) * MT * 64 + (warp % 4) * 16;
+    grp = Tr::kPingPong ? warp / 4 : 0;
+    gtid = tid - grp * Tr::kGroupThreads;
+    if constexpr (Tr::kWgmma) row_base = (Tr::kPingPong ? 0 : (warp / 4) * MT * 64) + (warp % 4) * 16;
     else row_base = warp_n * Tr::kWarpN;
-    scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset);
-    norms = reinterpret_cast<float*>(smem + Tr::kNormOffset);
+    scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset + grp * Tr::kScoreBytes);
+    norms = reinterpret_cast<float*>(smem + Tr::kNormOffset + grp * Tr::kNormBytes);
     skey = reinterpret_cast<float*>(smem + Tr::kScratchOffset) + warp * 2 * EPI;
     sidx = reinterpret_cast<int*>(skey + EPI);
     meta = reinterpret_cast<int*>(smem + Tr::kMetaOffset);
     part_bar = reinterpret_cast<float*>(meta);
     hits = meta + (Tr::kThreadLists ? PARTS * BQ : 4 * BQ);
     lkey = reinterpret_cast<float*>(smem + Tr::kListOffset);
-    lidx = reinterpret_cast<int*>(lkey + (Tr::kThreadLists ? PARTS - 1 : 2) * BQ * p.k);
-    tl_col = tid % BQ;
-    tl_part = tid / BQ;
-    tl_live = Tr::kThreadLists && tl_part < PARTS && q0 + tl_col < p.nq;
+    lidx = reinterpret_cast<int*>(lkey + (Tr::kThreadLists ? LIST_PARTS - 1 : 2) * BQ * p.k);
+    tl_col = gtid % BQ;
+    tl_lpart = gtid / BQ;
+    tl_part = grp * PARTS + tl_lpart;
+    tl_live = Tr::kThreadLists && tl_lpart < PARTS && q0 + tl_col < p.nq;
   }
 
   // The bar of column col that the pre-check tests keys against: its list's k-th entry, or with thread lists the
@@ -417,7 +442,7 @@ struct TopkBlock {
     if constexpr (Tr::kThreadLists) {
       tk = lds(part_bar + col);
 #pragma unroll
-      for (int q = 1; q < PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
+      for (int q = 1; q < LIST_PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
       ti = 0x7fffffff;
     } else {
       tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
@@ -428,19 +453,25 @@ struct TopkBlock {
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
   __device__ __forceinline__ int row_of(int mt, int h, int g) const { return row_base + mt * Tr::kMtStride + g + 8 * h; }
 
-  // Barrier of the MMA warps: the whole block, or with a producer warpgroup (MMA=2) named barrier 1 without it.
+  // Barrier of this thread's tile group: the whole block, or with a producer warpgroup (MMA 2, 3) named barrier
+  // 1 + group over the group's warps.
   __device__ __forceinline__ void block_sync() const {
-    if constexpr (Tr::kTmaProducer) mbar::named_sync(1, Tr::kThreads);
+    if constexpr (Tr::kTmaProducer) mbar::named_sync(1 + grp, Tr::kGroupThreads);
     else __syncthreads();
   }
   __device__ __forceinline__ bool block_sync_or(bool pred) const {
-    if constexpr (Tr::kTmaProducer) return mbar::named_sync_or(1, Tr::kThreads, pred);
+    if constexpr (Tr::kTmaProducer) return mbar::named_sync_or(1 + grp, Tr::kGroupThreads, pred);
     else return __syncthreads_or(pred) != 0;
+  }
+  // Barrier of every MMA warp (all tile groups): block_sync() unless ping-pong, which uses named barrier 3.
+  __device__ __forceinline__ void mma_warps_sync() const {
+    if constexpr (Tr::kPingPong) mbar::named_sync(3, Tr::kThreads);
+    else block_sync();
   }
   __device__ __forceinline__ unsigned stage_addr(int stage) const {
     return smem_u32(smem) + static_cast<unsigned>(stage * Tr::kStageBytes);
   }
-  // MMA=2: stage s's full and empty mbarriers
+  // MMA 2, 3: stage s's full and empty mbarriers
   __device__ __forceinline__ unsigned full_bar(int s) const {
     return smem_u32(smem) + static_cast<unsigned>(Tr::kBarOffset + 8 * s);
   }
@@ -500,7 +531,7 @@ struct TopkBlock {
   // score tile is filled, and each thread scans its column's share of the rows against the bar and its own list.
   // The column's flags and bar are read once, before the first pass's barrier; its parts publish their new k-th
   // keys and part 0 clears the flags after it (the next pre-check follows the next main loop's barriers, or with
-  // MMA=2 the barrier that opens the next epilogue).
+  // MMA 2, 3 the barrier that opens the next epilogue).
   __device__ __forceinline__ void thread_list_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                        int tile) {
     const int c = tl_col;
@@ -509,7 +540,7 @@ struct TopkBlock {
     float bar = -f32_inf();
     if (mine) {
 #pragma unroll
-      for (int wn = 0; wn < Tr::kWarpsN; ++wn) hit = hit || lds(hits + wn * BQ + c) != 0;
+      for (int wn = 0; wn < HIT_ROWS; ++wn) hit = hit || lds(hits + (grp * HIT_ROWS + wn) * BQ + c) != 0;
       int unused;
       column_bar(c, bar, unused);
     }
@@ -519,13 +550,13 @@ struct TopkBlock {
       if (pass > 0) block_sync();  // the previous pass's scans are done with the score tile
       store_scores(mma, tile, pass);
       block_sync();
-      if (pass == 0 && mine && tl_part == 0) {
+      if (pass == 0 && mine && tl_lpart == 0) {
 #pragma unroll
-        for (int wn = 0; wn < Tr::kWarpsN; ++wn) sts(hits + wn * BQ + c, 0);
+        for (int wn = 0; wn < HIT_ROWS; ++wn) sts(hits + (grp * HIT_ROWS + wn) * BQ + c, 0);
       }
       if (!hit) continue;
-      const int r0 = pass * EPI + tl_part * PR;  // first tile row this thread scans in this pass
-      const float* col = scores + c * SP + tl_part * PR;
+      const int r0 = pass * EPI + tl_lpart * PR;  // first tile row this thread scans in this pass
+      const float* col = scores + c * SP + tl_lpart * PR;
       const int id0 = static_cast<int>(p.index_base + row0 + r0);
       // Four rows at a time; most quads are rejected by their largest key. The quad's keys are walked by
       // shifting (not indexing), so that the insertion is inlined once: a small loop body keeps the main loop's
@@ -561,8 +592,8 @@ struct TopkBlock {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
     // MMA 0 and 1 pass block barriers in every main-loop slice, so the previous tile's epilogue is over everywhere
-    // when this one starts. MMA=2's main loop has none: wait here until no thread still reads the previous tile's
-    // norms or scores, or clears its hit flags after this tile's pre-check set them.
+    // when this one starts. MMA 2 and 3's main loops have none: wait here until no thread of the tile group still
+    // reads the previous tile's norms or scores, or clears its hit flags after this tile's pre-check set them.
     if constexpr (Tr::kTmaProducer) block_sync();
     if constexpr (Tr::kNorms) {
       if (warp_q == 0) {  // these warps cover every row of the tile once
@@ -639,7 +670,7 @@ struct TopkBlock {
         // A column no warp row flagged is skipped: the pre-check used consume()'s arithmetic and this column's
         // threshold, which only its own consume() raises, so consume() would insert nothing. The owning warp is
         // the only reader of its column's flags and clears them after the last pass (the next tile's pre-check
-        // comes after a block barrier of the main loop, or with MMA=2 the one that opens the next epilogue).
+        // comes after a block barrier of the main loop, or with MMA 2, 3 the one that opens the next epilogue).
         int hit = 0;
 #pragma unroll
         for (int wn = 0; wn < Tr::kWarpsN; ++wn) hit |= lds(hits + wn * BQ + c);
@@ -660,7 +691,7 @@ struct TopkBlock {
         }
         consume<R, Tr::kMerge>(list_of(c), v, id, p.k, skey, sidx, lane);
       }
-      // the next pass overwrites the score tile; the next tile's main loop (MMA=2: its next epilogue) has barriers
+      // the next pass overwrites the score tile; the next tile's main loop (MMA 2, 3: its next epilogue) has barriers
       if (pass + 1 < Tr::kEpiPasses) block_sync();
     }
   }
@@ -692,8 +723,9 @@ struct TopkBlock {
   __device__ __forceinline__ void wgmma_slice(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, unsigned a_tile,
                                               const LdsmLaneAddr<L, 1>& la) {
     const unsigned b_tile = a_tile + Tr::kATileBytes;
-    // this warpgroup's m64 blocks: rows (warp / 4) * MT * 64 + mt * 64 of the A tile, 128 bytes per row
-    const unsigned a_wg = a_tile + static_cast<unsigned>((warp / 4) * MT * 64 * 128);
+    // this warpgroup's m64 blocks: rows (warp / 4) * MT * 64 + mt * 64 of the A tile (ping-pong: mt * 64, the
+    // warpgroup owns the tile), 128 bytes per row
+    const unsigned a_wg = a_tile + static_cast<unsigned>((Tr::kPingPong ? 0 : warp / 4) * MT * 64 * 128);
     wg::fence_operands(mma.acc);
     wg::wgmma_fence();
 #pragma unroll
@@ -715,8 +747,9 @@ struct TopkBlock {
     }
   }
 
-  // MMA=2, the producer warpgroup's first lane: walks the split's slices (tiles, then slices of d) and TMA-copies the corpus
-  // and query boxes of each into its stage once the MMA warps have released it. Boxes past n, nq or d are zeros.
+  // MMA 2, 3: the producer warpgroup's first lane walks the split's slices (tiles, then slices of d) and TMA-copies
+  // the corpus and query boxes of each into its stage once the MMA warps have released it. Boxes past n, nq or d
+  // are zeros.
   __device__ __forceinline__ void produce(int tile_begin, int total) {
     if (lane != 0) return;
     const tma::Desc* dc = reinterpret_cast<const tma::Desc*>(p.tma_corpus);
@@ -739,8 +772,9 @@ struct TopkBlock {
     }
   }
 
-  // End of a split with thread lists: parts 1.. put their lists in shared memory, part 0 inserts them into its
-  // own (each list is sorted: the first entry that does not enter ends it) and writes the column's k candidates.
+  // End of a split with thread lists: parts 1.. (of every tile group) put their lists in shared memory, part 0
+  // inserts them into its own (each list is sorted: the first entry that does not enter ends it) and writes the
+  // column's k candidates.
   __device__ __forceinline__ void write_thread_lists(long long list) {
     const int c = tl_col, k = p.k;
     const bool mine = tl_live;
@@ -756,9 +790,9 @@ struct TopkBlock {
         }
       }
     }
-    block_sync();
+    mma_warps_sync();
     if (!mine || tl_part != 0) return;
-    for (int q = 1; q < PARTS; ++q) {
+    for (int q = 1; q < LIST_PARTS; ++q) {
       const float* sk = lkey + ((q - 1) * BQ + c) * k;
       const int* si = lidx + ((q - 1) * BQ + c) * k;
       for (int j = 0; j < k; ++j) {
@@ -791,7 +825,7 @@ struct TopkBlock {
       if (tid == 0) {
         for (int s = 0; s < Tr::kStages; ++s) {
           mbar::init(full_bar(s), 1);            // the producer's arrive_expect_tx (+ the copies' bytes)
-          mbar::init(empty_bar(s), Tr::kWarps);  // one arrival per MMA warp
+          mbar::init(empty_bar(s), Tr::kGroupWarps);  // one arrival per MMA warp of the group that reads it
         }
         mbar::fence_init();
       }
@@ -816,6 +850,9 @@ struct TopkBlock {
       }
     }
     for (int i = tid; i < Tr::kWarpsN * BQ; i += Tr::kThreads) sts(hits + i, 0);
+    // (MMA=2: the barrier that opens every epilogue publishes this to the MMA warps; a ping-pong group's barrier
+    // covers only its own warps.)
+    if constexpr (Tr::kPingPong) mma_warps_sync();
 
     LdsmLaneAddr<L, 1> la, lb;
     la.init(a_lane_row(lane), a_lane_half(lane));
@@ -846,8 +883,10 @@ struct TopkBlock {
       // Slice `it` waits for its stage's copies (the (it / STAGES)-th completion of full[s]); a warp releases a
       // stage once its MMAs on it are done: slice it - 1 after wait<1> in iteration it, a tile's last slice after
       // the wait<0> that precedes the epilogue.
-      int it = 0;
-      for (int tile = tile_begin; tile < tile_end; ++tile) {
+      // Ping-pong: group g takes tiles tile_begin + g, + g + 2, ...: its slices are ring entries (tile -
+      // tile_begin) * KT + kc, in the order the producer fills them.
+      int it = grp * KT;
+      for (int tile = tile_begin + grp; tile < tile_end; tile += Tr::kGroups, it += (Tr::kGroups - 1) * KT) {
         for (int kc = 0; kc < KT; ++kc, ++it) {
           const int s = it % Tr::kStages;
           mbar::wait(full_bar(s), (it / Tr::kStages) & 1);
@@ -902,7 +941,7 @@ struct TopkBlock {
     }
     if constexpr (!Tr::kTmaProducer) cp_async_wait<0>();
     // An empty split still writes k missing entries per query; the meta init must be visible to every warp.
-    block_sync();
+    mma_warps_sync();
 
     // Write the candidate list of each owned query column: best first, missing entries (-inf, -1).
     const long long list = static_cast<long long>(p.list_offset) + split;

@@ -79,18 +79,24 @@ def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma
                 EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma)
 
 
-#: Archs whose tensor cores take warpgroup MMAs (``MMA=1`` and ``2``); kernels for them are compiled for the
+#: Archs whose tensor cores take warpgroup MMAs (``MMA`` 1, 2 and 3); kernels for them are compiled for the
 #: arch-specific target (``sm_90a``), which only that arch runs.
 WGMMA_ARCHS = ("sm_90", "sm_90a")
 
 
 def wgmma_supported(arch: str) -> bool:
-    """True when ``arch`` runs the search's wgmma main loops (``MMA=1``, ``2``): Hopper, sm_90."""
+    """True when ``arch`` runs the search's wgmma main loops (``MMA`` 1, 2, 3): Hopper, sm_90."""
     return arch in WGMMA_ARCHS
 
 
+def uses_tma(config: Mapping[str, Any]) -> bool:
+    """True when a search config's main loop is fed by the TMA producer warpgroup (``MMA`` 2 and 3), which reads
+    rows 16 bytes at a time from 16-byte aligned pointers and row strides."""
+    return int(config.get("MMA", 0)) >= 2
+
+
 def compile_arch(config: Mapping[str, Any], arch: str) -> str:
-    """The NVRTC target for a search config on ``arch``: ``sm_90a`` for a wgmma config (``MMA=1`` or ``2``) on
+    """The NVRTC target for a search config on ``arch``: ``sm_90a`` for a wgmma config (``MMA`` 1, 2 or 3) on
     sm_90, ``arch`` otherwise; ConfigError when ``arch`` has no wgmma."""
     mma = int(config.get("MMA", 0))
     if mma == 0:
@@ -160,19 +166,20 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg["MERGE"] = 3
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
-        if cfg["MMA"] == 2 and cfg["VEC"] < 16:  # TMA reads rows of 16-byte multiples only
+        if uses_tma(cfg) and cfg["VEC"] < 16:  # TMA reads rows of 16-byte multiples only
             return without_tma(cfg, k, dt, "l2", limit)
     return fit_config(cfg, k, dt, limit)
 
 
 def _thread_lists_fit(config: Mapping[str, Any]) -> bool:
     """Whether a thread-list config (MERGE 3, 4) keeps its list (2 registers per entry) next to the accumulators:
-    within 128 registers, or with MMA=2, whose MMA warps get 240 (fp32's 256-row tiles do not fit: ptxas spills)."""
-    return config["MMA"] == 2 or accumulators(config) + 2 * _S.thread_list_capacity(config["MERGE"]) <= 128
+    within 128 registers, or with MMA 2 and 3, whose MMA warps get 240 (fp32's 256-row tiles do not fit: ptxas
+    spills)."""
+    return uses_tma(config) or accumulators(config) + 2 * _S.thread_list_capacity(config["MERGE"]) <= 128
 
 
 def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limit: int) -> dict:
-    """An MMA=2 config moved to the cp.async wgmma loop (MMA=1, STAGES >= 3), for rows TMA cannot read: thread
+    """An MMA 2 or 3 config moved to the cp.async wgmma loop (MMA=1, STAGES >= 3), for rows TMA cannot read: thread
     lists give way to shared lists (MERGE=2) where MMA=1's registers cannot hold them, then the shared memory is
     fitted again. Tiles whose accumulators MMA=1 cannot hold (256 rows of 128 queries) are halved."""
     cfg = dict(config, MMA=1, STAGES=max(3, config["STAGES"]))
@@ -185,31 +192,34 @@ def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limi
 
 def accumulators(config: Mapping[str, Any]) -> int:
     """fp32 accumulator registers per thread of a search config (wgmma: a warpgroup's m64 blocks x every query
-    column; mma.sync: the warp tile's m16 x n8 blocks x 4)."""
+    column, where ping-pong's warpgroup (MMA=3) has every row of its tiles; mma.sync: the warp tile's m16 x n8
+    blocks x 4)."""
     c = config
     if c.get("MMA", 0) >= 1:
-        return (c["BLOCK_N"] // (64 * max(1, c["WARPS_N"] // 4))) * (c["BLOCK_Q"] // 8) * 4
+        tile_warpgroups = 1 if c["MMA"] == 3 else max(1, c["WARPS_N"] // 4)
+        return (c["BLOCK_N"] // (64 * tile_warpgroups)) * (c["BLOCK_Q"] // 8) * 4
     return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
 
 
 #: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
 MAX_ACCUMULATORS = 112
-#: The same for MMA=2 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile clean.
+#: The same for MMA 2 and 3 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile
+#: clean.
 MAX_ACCUMULATORS_TMA = 128
 
 
 def max_accumulators(config: Mapping[str, Any]) -> int:
-    """The accumulator bound of a search config: :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 MMA warps, else
-    :data:`MAX_ACCUMULATORS`."""
+    """The accumulator bound of a search config: :data:`MAX_ACCUMULATORS_TMA` for MMA 2 and 3 with 8 MMA warps,
+    else :data:`MAX_ACCUMULATORS`."""
     c = config
-    return MAX_ACCUMULATORS_TMA if c.get("MMA", 0) == 2 and c["WARPS_N"] * c["WARPS_Q"] == 8 else MAX_ACCUMULATORS
+    return MAX_ACCUMULATORS_TMA if uses_tma(c) and c["WARPS_N"] * c["WARPS_Q"] == 8 else MAX_ACCUMULATORS
 
 
 def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit: int = 227 * 1024,
                metric: str = "l2") -> dict:
     """``config`` with STAGES, EPI_ROWS, BLOCK_Q, BLOCK_K and BLOCK_N lowered (in that order) until its shared
     memory for ``k`` and ``metric`` fits ``limit`` bytes (the default metric is the most demanding one: cosine
-    and l2 keep the tile's row norms). A wgmma config keeps STAGES >= 3 (``MMA=1``) or >= 2 (``MMA=2``) and
+    and l2 keep the tile's row norms). A wgmma config keeps STAGES >= 3 (``MMA=1``) or >= 2 (``MMA`` 2, 3) and
     switches to ``MMA=0`` before BLOCK_K and BLOCK_N."""
     code = DTYPE_CODES[_dtypes.canonical(dtype, DTYPE_CODES, "similarity search")]
     mcode = METRICS[metric]
@@ -668,8 +678,8 @@ def clear_caches() -> None:
 
 def _fit_vec(cfg: dict, dtype: str, pointers, strides, d: int, explicit: bool, k: int, metric: str,
              arch: str) -> dict:
-    """``cfg`` with the copy width (VEC) and main loop (MMA=2 reads rows by TMA) these inputs allow; InputError for an
-    explicit config they do not allow (MMA=2: ``topk_pack`` raises it, naming the rule)."""
+    """``cfg`` with the copy width (VEC) and main loop (MMA 2, 3 read rows by TMA) these inputs allow; InputError for
+    an explicit config they do not allow (MMA 2, 3: ``topk_pack`` raises it, naming the rule)."""
     dtype_code = DTYPE_CODES[dtype]
     pointers, strides = [int(p) for p in pointers], [int(s) for s in strides]
     allowed = int(_S.max_vec(dtype_code, pointers, strides, int(d)))
@@ -682,7 +692,7 @@ def _fit_vec(cfg: dict, dtype: str, pointers, strides, d: int, explicit: bool, k
                              f"VEC <= {allowed}")
         cfg = dict(cfg, VEC=allowed)
     # TMA reads 16-byte aligned pointers and row strides (d may be anything: the tail of a row reads as zeros)
-    if cfg.get("MMA") == 2 and not explicit and int(_S.max_vec(dtype_code, pointers, strides, 0)) < 16:
+    if uses_tma(cfg) and not explicit and int(_S.max_vec(dtype_code, pointers, strides, 0)) < 16:
         cfg = without_tma(cfg, k, dtype, metric, smem_limit(arch))
     return cfg
 

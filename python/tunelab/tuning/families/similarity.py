@@ -23,21 +23,24 @@ name         choices              what it does
                                   can share an SM (one's epilogue overlapping the other's MMA main loop)
 ``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
                                   blocks; ptxas may then spill, which the compiled gate rejects)
-``MMA``      0, 1, 2              main loop: 0 ``mma.sync`` warp tiles fed by ldmatrix; 1 ``wgmma`` warpgroup tiles
+``MMA``      0, 1, 2, 3           main loop: 0 ``mma.sync`` warp tiles fed by ldmatrix; 1 ``wgmma`` warpgroup tiles
                                   read straight from shared memory (sm_90 only; fp16/bf16, BLOCK_K x bytes = 128,
                                   WARPS_Q = 1, WARPS_N 4 or 8, BLOCK_N a multiple of 64 per warpgroup, STAGES >= 3);
                                   2 the tiles of 1 fed by a TMA producer warpgroup through an mbarrier ring (STAGES
-                                  >= 2, MIN_BLOCKS = 1; 16-byte aligned rows, else the op falls back to 1)
+                                  >= 2, MIN_BLOCKS = 1; 16-byte aligned rows, else the op falls back to 1); 3 the
+                                  ring of 2 with ping-pong warpgroups: each of two (WARPS_N = 8) owns every other
+                                  tile, all its rows, so one's top-k epilogue runs while the other multiplies
+                                  (thread lists, MERGE 3 or 4)
 ===========  ===================  ====================================================================================
 
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
 2..16 warps, thread lists (``MERGE`` 3, 4) only for k within their capacity and with a thread per query column
 (``THREADS >= BLOCK_Q``), ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
-:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8
+:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA 2, 3 with 8
 warps). Static gates: shared memory for the problem's k
 (``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline; thread lists need
 ``(parts - 1) * BLOCK_Q * k * 8``) against the arch's opt-in limit, and the
-copy width against d, and ``MMA`` 1 and 2 only on sm_90. Compiled gates (generic): registers, spills, occupancy.
+copy width against d, and ``MMA`` 1..3 only on sm_90. Compiled gates (generic): registers, spills, occupancy.
 
 Numerics gate: the search runs on random normal inputs (outputs poisoned first) and is compared with a float64
 reference: every returned index must be a true top-k member up to ties within the fp32 rounding of a score
@@ -73,7 +76,8 @@ _DESCRIPTIONS = {
     "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32)",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
-    "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer (sm_90)",
+    "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
+           "ping-pong warpgroups (sm_90)",
 }
 
 
@@ -182,7 +186,7 @@ def build_space(problem: Any) -> SearchSpace:
               ordered=False, description=_DESCRIPTIONS["MERGE"]),
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
-        Param("MMA", [0, 1, 2], ordered=False, description=_DESCRIPTIONS["MMA"]),
+        Param("MMA", [0, 1, 2, 3], ordered=False, description=_DESCRIPTIONS["MMA"]),
     ]
     eb = p.element_bytes
     metric = p.metric
@@ -201,18 +205,18 @@ def build_space(problem: Any) -> SearchSpace:
                    "a block has 2 to 16 warps", code="static.threads"),
         Constraint("epi_rows_changes_code", lambda c: c["EPI_ROWS"] == 128 or c["BLOCK_N"] > 64,
                    "EPI_ROWS=64 equals 128 when BLOCK_N is 64 (one pass either way)"),
-        Constraint("vec_changes_code", lambda c: c["MMA"] != 2 or c["VEC"] == 16,
-                   "MMA=2 copies by TMA, so VEC changes nothing there: only VEC=16 is listed (it also carries the "
+        Constraint("vec_changes_code", lambda c: c["MMA"] < 2 or c["VEC"] == 16,
+                   "MMA 2 and 3 copy by TMA, so VEC changes nothing there: only VEC=16 is listed (it also carries the "
                    "16-byte row rule TMA needs)"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= _ops().max_accumulators(c),
-                   f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA=2 "
+                   f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA 2, 3 "
                    f"and 8 warps; certain spills)"),
         Constraint("thread_lists_threads", lambda c: c["MERGE"] < 3 or c["THREADS"] >= c["BLOCK_Q"],
                    "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
                    code="static.threads"),
         Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
-                   "MMA=1, 2 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
-                   "STAGES >= 3; MMA=2: MIN_BLOCKS = 1)",
+                   "MMA 1..3 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
+                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 or 4)",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
@@ -226,15 +230,17 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     row = c["BLOCK_K"] * element_bytes
     epi = min(c["BLOCK_N"], c.get("EPI_ROWS", 128))
     warps = c["WARPS_N"] * c["WARPS_Q"]
-    norms = c["BLOCK_N"] * 4 if metric != "ip" else 0
+    mma = c.get("MMA", 0)
+    groups = 2 if mma == 3 else 1  # ping-pong: a score tile, row norms and list parts per warpgroup
+    norms = groups * c["BLOCK_N"] * 4 if metric != "ip" else 0
     bq = c["BLOCK_Q"]
     if c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
-        parts = thread_list_parts(32 * warps, bq)
+        parts = groups * thread_list_parts(32 * warps // groups, bq)
         scratch, bars, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
     else:  # per-warp scratch; {len, sel, thr_key, thr_idx} per query; two list buffers per query
         scratch, bars, lists = warps * epi * 8, bq * 16, 2 * bq * k * 8
-    mbarriers = 16 * c["STAGES"] if c.get("MMA", 0) == 2 else 0  # MMA=2: full[] and empty[] of the TMA ring
-    static = c["STAGES"] * (c["BLOCK_N"] + bq) * row + bq * (epi + 4) * 4 + scratch + norms + bars + \
+    mbarriers = 16 * c["STAGES"] if mma >= 2 else 0  # MMA 2, 3: full[] and empty[] of the TMA ring
+    static = c["STAGES"] * (c["BLOCK_N"] + bq) * row + groups * bq * (epi + 4) * 4 + scratch + norms + bars + \
         c["WARPS_N"] * bq * 4 + mbarriers  # + the pre-check's hit flags
     return static + lists
 
@@ -412,7 +418,7 @@ class SimilarityFamily(TunableFamily):
             out.append(Rejection("static.smem", f"{smem} bytes of shared memory for k={p.k} > {limit} bytes opt-in "
                                                 f"limit per block on {arch}"))
         if (p.d * p.element_bytes) % config["VEC"]:  # the measured inputs are contiguous: rows are d long
-            tma = " (MMA=2 reads rows by TMA, 16 bytes at a time)" if config.get("MMA", 0) == 2 else ""
+            tma = f" (MMA={config['MMA']} reads rows by TMA, 16 bytes at a time)" if config.get("MMA", 0) >= 2 else ""
             out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
                                                    f"VEC={config['VEC']}{tma}"))
         if config.get("MMA", 0) >= 1 and not _ops().wgmma_supported(arch):
