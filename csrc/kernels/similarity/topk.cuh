@@ -343,9 +343,10 @@ struct TopkTraits {
   // pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer each: lane g == 0 of a quad column group in warp
   // row warp_n)
   static constexpr int kMetaBytes = (kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16) + kWarpsN * kBlockQ * 4;
-  // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring
+  // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring (MMA=3: and order[2], see run())
   static constexpr int kBarOffset = kMetaOffset + kMetaBytes;
-  static constexpr int kBarBytes = kTmaProducer ? 16 * kStages : 0;
+  // (ping-pong: then order[2], which hands the tensor cores from one warpgroup's main loop to the other's)
+  static constexpr int kBarBytes = kTmaProducer ? 16 * kStages + (kPingPong ? 16 : 0) : 0;
   static constexpr int kListOffset = kBarOffset + kBarBytes;
   // Dynamic shared memory = kStaticSmemBytes + topk_list_bytes(): two list buffers of keys and indices per query,
   // or (thread lists) the lists parts 1.. hand to part 0 at the end of a split.
@@ -477,6 +478,10 @@ struct TopkBlock {
   }
   __device__ __forceinline__ unsigned empty_bar(int s) const {
     return smem_u32(smem) + static_cast<unsigned>(Tr::kBarOffset + 8 * (Tr::kStages + s));
+  }
+  // MMA=3: group g's turn on the tensor cores (the other group's warps arrive when they leave a tile's main loop)
+  __device__ __forceinline__ unsigned order_bar(int g) const {
+    return smem_u32(smem) + static_cast<unsigned>(Tr::kBarOffset + 8 * (2 * Tr::kStages + g));
   }
 
   __device__ __forceinline__ QueryList list_of(int c) const {
@@ -827,6 +832,9 @@ struct TopkBlock {
           mbar::init(full_bar(s), 1);            // the producer's arrive_expect_tx (+ the copies' bytes)
           mbar::init(empty_bar(s), Tr::kGroupWarps);  // one arrival per MMA warp of the group that reads it
         }
+        if constexpr (Tr::kPingPong) {
+          for (int g = 0; g < 2; ++g) mbar::init(order_bar(g), Tr::kGroupWarps);  // the other group's warps
+        }
         mbar::fence_init();
       }
       __syncthreads();  // the last barrier of the whole block: the producer warpgroup leaves here
@@ -840,7 +848,7 @@ struct TopkBlock {
 
     if constexpr (Tr::kThreadLists) {
       tl.init(p.k);
-      for (int i = tid; i < PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
+      for (int i = tid; i < LIST_PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
     } else {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
@@ -884,9 +892,19 @@ struct TopkBlock {
       // stage once its MMAs on it are done: slice it - 1 after wait<1> in iteration it, a tile's last slice after
       // the wait<0> that precedes the epilogue.
       // Ping-pong: group g takes tiles tile_begin + g, + g + 2, ...: its slices are ring entries (tile -
-      // tile_begin) * KT + kc, in the order the producer fills them.
+      // tile_begin) * KT + kc, in the order the producer fills them. A group starts a tile's main loop only once
+      // the other group has left the previous tile's (order[g]: its m-th completion opens group 1's m-th tile and
+      // group 0's (m + 1)-th). That is the ping-pong schedule, and it is what makes the parity waits on full[]
+      // exact: a stage's previous use was waited on by the other group, so its barrier is at most one phase ahead
+      // of the one a group waits for (without it, group 1 could take an earlier phase of the same parity for its
+      // own and read a stale slice).
       int it = grp * KT;
-      for (int tile = tile_begin + grp; tile < tile_end; tile += Tr::kGroups, it += (Tr::kGroups - 1) * KT) {
+      int turn = 0;  // tiles this group has run
+      for (int tile = tile_begin + grp; tile < tile_end;
+           tile += Tr::kGroups, it += (Tr::kGroups - 1) * KT, ++turn) {
+        if constexpr (Tr::kPingPong) {
+          if (grp == 1 || turn > 0) mbar::wait(order_bar(grp), (grp == 1 ? turn : turn - 1) & 1);
+        }
         for (int kc = 0; kc < KT; ++kc, ++it) {
           const int s = it % Tr::kStages;
           mbar::wait(full_bar(s), (it / Tr::kStages) & 1);
@@ -894,6 +912,9 @@ struct TopkBlock {
           wg::wait<1>();
           wg::fence_operands(mma.acc);
           if (kc > 0 && lane == 0) mbar::arrive(empty_bar((it - 1) % Tr::kStages));
+        }
+        if constexpr (Tr::kPingPong) {
+          if (lane == 0) mbar::arrive(order_bar(1 - grp));  // this warp has passed every full[] wait of the tile
         }
         wg::wait<0>();
         wg::fence_operands(mma.acc);

@@ -239,7 +239,8 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
         scratch, bars, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
     else:  # per-warp scratch; {len, sel, thr_key, thr_idx} per query; two list buffers per query
         scratch, bars, lists = warps * epi * 8, bq * 16, 2 * bq * k * 8
-    mbarriers = 16 * c["STAGES"] if mma >= 2 else 0  # MMA 2, 3: full[] and empty[] of the TMA ring
+    # MMA 2, 3: full[] and empty[] of the TMA ring; MMA=3: and order[2]
+    mbarriers = 16 * c["STAGES"] + (16 if mma == 3 else 0) if mma >= 2 else 0
     static = c["STAGES"] * (c["BLOCK_N"] + bq) * row + groups * bq * (epi + 4) * 4 + scratch + norms + bars + \
         c["WARPS_N"] * bq * 4 + mbarriers  # + the pre-check's hit flags
     return static + lists
