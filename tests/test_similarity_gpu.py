@@ -183,12 +183,14 @@ _WGMMA = [
          MIN_BLOCKS=1, MMA=2),
     # MMA=3 (ping-pong warpgroups): a 2-stage ring shared by the two warpgroups' tiles, 128-row tiles in two passes
     # with 2 parts per column and group; 256-row tiles (4 m64 blocks per warpgroup) with 4 parts per column and
-    # group, 32-entry lists; 5 stages of the nq = 100 tiling
+    # group, 32-entry lists; 5 stages of the nq = 100 tiling; 192-row tiles (3 m64 blocks, 3 epilogue passes)
     dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=2, VEC=16, MERGE=3, EPI_ROWS=64,
          MIN_BLOCKS=1, MMA=3),
     dict(BLOCK_N=256, BLOCK_Q=16, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=4, EPI_ROWS=64,
          MIN_BLOCKS=1, MMA=3),
     dict(BLOCK_N=128, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=5, VEC=16, MERGE=3, EPI_ROWS=128,
+         MIN_BLOCKS=1, MMA=3),
+    dict(BLOCK_N=192, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=3, EPI_ROWS=64,
          MIN_BLOCKS=1, MMA=3),
 ]
 D_WG = 200

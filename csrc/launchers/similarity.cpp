@@ -44,7 +44,7 @@ const std::vector<std::string>& topk_param_names() {
 const std::map<std::string, std::vector<long long>>& topk_param_choices() {
     static const std::map<std::string, std::vector<long long>> choices = [] {
         std::map<std::string, std::vector<long long>> c = {
-            {"BLOCK_N", {64, 128, 256}},     // corpus rows per tile (MMA M side)
+            {"BLOCK_N", {64, 128, 192, 256}},  // corpus rows per tile (MMA M side; 192: MMA=3 only)
             {"BLOCK_K", {16, 32, 64, 128}},  // elements of d per pipeline slice (x element bytes: 64..256 B)
             {"WARPS_N", {1, 2, 4, 8}},       // warps along the corpus rows
             {"WARPS_Q", {1, 2, 4}},          // warps along the queries
@@ -77,9 +77,14 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
         config_error(fam, "BLOCK_K=" + std::to_string(c.block_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
                      dtype_name(dtype) + ") = " + std::to_string(row_bytes) +
                      " bytes per row slice; it must be 64, 128 or 256 (the swizzled layout's row sizes)");
-    if (c.block_n % (16 * c.warps_n) != 0)
+    // a ping-pong warpgroup owns every row of its tiles in m64 blocks (checked with the wgmma rules below)
+    if (c.mma != 3 && c.block_n % (16 * c.warps_n) != 0)
         config_error(fam, "BLOCK_N=" + std::to_string(c.block_n) + " is not a multiple of 16 * WARPS_N=" +
                      std::to_string(16 * c.warps_n) + " (each warp owns whole m16 row tiles)");
+    if (c.block_n == 192 && (c.mma != 3 || c.epi_rows() != 64))
+        config_error(fam, "BLOCK_N=192 (three m64 row blocks per warpgroup) is for MMA=3 with EPI_ROWS=64 (whole "
+                          "epilogue passes); got MMA=" + std::to_string(c.mma) + ", EPI_ROWS=" +
+                          std::to_string(c.epi_rows_param) + ": use BLOCK_N 128 or 256 otherwise");
     if (c.block_q % (8 * c.warps_q) != 0)
         config_error(fam, "BLOCK_Q=" + std::to_string(c.block_q) + " is not a multiple of 8 * WARPS_Q=" +
                      std::to_string(8 * c.warps_q) + " (each warp owns whole n8 query tiles)");

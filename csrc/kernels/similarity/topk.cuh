@@ -354,10 +354,13 @@ struct TopkTraits {
 
   static_assert(kDtype == kF16 || kDtype == kBF16 || kDtype == kF32, "search dtypes: fp16, bf16, fp32");
   static_assert(kMetric >= kIP && kMetric <= kL2, "metric code 0..2");
-  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256, "BLOCK_N must be 64, 128 or 256");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256 || (kBlockN == 192 && kPingPong),
+                "BLOCK_N must be 64, 128 or 256 (192: MMA=3)");
+  static_assert(kBlockN % kEpiRows == 0, "whole epilogue passes (BLOCK_N = 192: EPI_ROWS = 64)");
   static_assert(kBlockQ % 8 == 0 && kBlockQ >= 8 && kBlockQ <= 128, "BLOCK_Q must be a multiple of 8 up to 128");
   static_assert(kRowBytes == 64 || kRowBytes == 128 || kRowBytes == 256, "BLOCK_K * element bytes: 64, 128, 256");
-  static_assert(kBlockN % (16 * kWarpsN) == 0, "BLOCK_N must be a multiple of 16 * WARPS_N");
+  static_assert(kPingPong ? kBlockN % 64 == 0 : kBlockN % (16 * kWarpsN) == 0,
+                "BLOCK_N must be a multiple of 16 * WARPS_N (MMA=3, a warpgroup per tile: of 64)");
   static_assert(kBlockQ % (8 * kWarpsQ) == 0, "BLOCK_Q must be a multiple of 8 * WARPS_Q");
   static_assert(kThreads >= 64 && kThreads <= 512, "2 to 16 warps");
   static_assert(kStages >= 2 && kStages <= 6, "STAGES 2..6");
@@ -428,7 +431,7 @@ struct TopkBlock {
     sidx = reinterpret_cast<int*>(skey + EPI);
     meta = reinterpret_cast<int*>(smem + Tr::kMetaOffset);
     part_bar = reinterpret_cast<float*>(meta);
-    hits = meta + (Tr::kThreadLists ? PARTS * BQ : 4 * BQ);
+    hits = meta + (Tr::kThreadLists ? LIST_PARTS * BQ : 4 * BQ);
     lkey = reinterpret_cast<float*>(smem + Tr::kListOffset);
     lidx = reinterpret_cast<int*>(lkey + (Tr::kThreadLists ? LIST_PARTS - 1 : 2) * BQ * p.k);
     tl_col = gtid % BQ;

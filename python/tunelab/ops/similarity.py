@@ -204,14 +204,17 @@ def accumulators(config: Mapping[str, Any]) -> int:
 #: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
 MAX_ACCUMULATORS = 112
 #: The same for MMA 2 and 3 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile
-#: clean.
+#: clean; MMA=3's 192-row tiles compile clean at 144 (96 queries) and spill a few words at 156 (104 queries).
 MAX_ACCUMULATORS_TMA = 128
+MAX_ACCUMULATORS_PINGPONG = 144
 
 
 def max_accumulators(config: Mapping[str, Any]) -> int:
-    """The accumulator bound of a search config: :data:`MAX_ACCUMULATORS_TMA` for MMA 2 and 3 with 8 MMA warps,
-    else :data:`MAX_ACCUMULATORS`."""
+    """The accumulator bound of a search config: :data:`MAX_ACCUMULATORS_PINGPONG` for MMA=3,
+    :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 MMA warps, else :data:`MAX_ACCUMULATORS`."""
     c = config
+    if c.get("MMA", 0) == 3:
+        return MAX_ACCUMULATORS_PINGPONG
     return MAX_ACCUMULATORS_TMA if uses_tma(c) and c["WARPS_N"] * c["WARPS_Q"] == 8 else MAX_ACCUMULATORS
 
 
@@ -242,6 +245,8 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
             cfg.update(BLOCK_Q=new_bq, WARPS_Q=max(1, wq))
         elif cfg["MMA"]:  # the wgmma rules allow nothing smaller; mma.sync goes on (2 stages, thinner slices)
             cfg["MMA"] = 0
+            if cfg["BLOCK_N"] == 192:  # MMA=3's tile height: mma.sync warps tile 128
+                cfg["BLOCK_N"] = 128
         elif cfg["BLOCK_K"] * eb > 64:  # thinner pipeline slices
             cfg["BLOCK_K"] //= 2
         elif cfg["BLOCK_N"] > 64:  # shorter corpus tiles (the score tile and scratch shrink with them)

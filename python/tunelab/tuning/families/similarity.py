@@ -8,7 +8,8 @@ Tunables (each one changes the generated code; see ``csrc/kernels/similarity/top
 ===========  ===================  ====================================================================================
 name         choices              what it does
 ===========  ===================  ====================================================================================
-``BLOCK_N``  64, 128, 256         corpus rows per tile (the MMA's M side); 256 runs the top-k epilogue in two passes
+``BLOCK_N``  64, 128, 192, 256    corpus rows per tile (the MMA's M side); 256 runs the top-k epilogue in two passes;
+                                  192 (three m64 blocks per warpgroup) only with MMA=3 and EPI_ROWS=64
 ``BLOCK_Q``  8 .. 128 (x8)        queries per block (N side); the space offers powers of two and nq rounded up to 8
 ``BLOCK_K``  16 .. 128            elements of d per pipeline slice (64, 128 or 256 bytes per row)
 ``WARPS_N``  1, 2, 4, 8           warps along the corpus rows
@@ -36,8 +37,8 @@ name         choices              what it does
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
 2..16 warps, thread lists (``MERGE`` 3, 4) only for k within their capacity and with a thread per query column
 (``THREADS >= BLOCK_Q``), ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
-:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA 2, 3 with 8
-warps). Static gates: shared memory for the problem's k
+:data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8
+warps, :data:`MAX_ACCUMULATORS_PINGPONG` for MMA=3). Static gates: shared memory for the problem's k
 (``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline; thread lists need
 ``(parts - 1) * BLOCK_Q * k * 8``) against the arch's opt-in limit, and the
 copy width against d, and ``MMA`` 1..3 only on sm_90. Compiled gates (generic): registers, spills, occupancy.
@@ -56,7 +57,7 @@ from typing import Any, Callable, Mapping
 from tunelab.dtypes import canonical, long_name, short_name
 from tunelab.errors import ConfigError, GateRejection, InputError
 from tunelab.kernel import smem_limit
-from tunelab.ops.similarity import MAX_ACCUMULATORS, MAX_ACCUMULATORS_TMA
+from tunelab.ops.similarity import MAX_ACCUMULATORS, MAX_ACCUMULATORS_PINGPONG, MAX_ACCUMULATORS_TMA
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
     problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
@@ -175,7 +176,7 @@ def build_space(problem: Any) -> SearchSpace:
     k = p.k
     bk = [16, 32, 64] if p.dtype == "fp32" else [32, 64, 128]
     params = [
-        Param("BLOCK_N", [64, 128, 256], description=_DESCRIPTIONS["BLOCK_N"]),
+        Param("BLOCK_N", [64, 128, 192, 256], description=_DESCRIPTIONS["BLOCK_N"]),
         Param("BLOCK_Q", block_q_choices(p.nq), description=_DESCRIPTIONS["BLOCK_Q"]),
         Param("BLOCK_K", bk, description=_DESCRIPTIONS["BLOCK_K"]),
         Param("WARPS_N", [1, 2, 4, 8], description=_DESCRIPTIONS["WARPS_N"]),
@@ -196,8 +197,11 @@ def build_space(problem: Any) -> SearchSpace:
         Derived("SMEM_BYTES", lambda c: smem_bytes_py(c, eb, k, metric), "dynamic shared memory per block for k"),
     ]
     constraints = [
-        Constraint("warps_tile_block_n", lambda c: c["BLOCK_N"] % (16 * c["WARPS_N"]) == 0,
+        Constraint("warps_tile_block_n", lambda c: c["MMA"] == 3 or c["BLOCK_N"] % (16 * c["WARPS_N"]) == 0,
                    "BLOCK_N must be a multiple of 16 * WARPS_N", code="static.divisibility"),
+        Constraint("block_n_192", lambda c: c["BLOCK_N"] != 192 or (c["MMA"] == 3 and c["EPI_ROWS"] == 64),
+                   "BLOCK_N=192 (three m64 row blocks per warpgroup) is for MMA=3 with EPI_ROWS=64",
+                   code="static.divisibility"),
         Constraint("warps_tile_block_q", lambda c: c["BLOCK_Q"] % (8 * c["WARPS_Q"]) == 0,
                    "BLOCK_Q must be a multiple of 8 * WARPS_Q", code="static.divisibility"),
         # 16 warps x MIN_BLOCKS 2 (MMA=2: 1) stay within 2048 threads per SM: no separate MIN_BLOCKS rule
@@ -209,8 +213,8 @@ def build_space(problem: Any) -> SearchSpace:
                    "MMA 2 and 3 copy by TMA, so VEC changes nothing there: only VEC=16 is listed (it also carries the "
                    "16-byte row rule TMA needs)"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= _ops().max_accumulators(c),
-                   f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA 2, 3 "
-                   f"and 8 warps; certain spills)"),
+                   f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA=2 "
+                   f"and 8 warps, {MAX_ACCUMULATORS_PINGPONG} with MMA=3; certain spills)"),
         Constraint("thread_lists_threads", lambda c: c["MERGE"] < 3 or c["THREADS"] >= c["BLOCK_Q"],
                    "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
                    code="static.threads"),
