@@ -84,8 +84,15 @@ def test_search_static_gates_smem_and_vec():
     # ... and MMA=2 lists VEC=16 only (TMA does the copies: other widths would compile the same kernel)
     assert fam.space(odd_d).rejection(dict(tma, VEC=8)).detail.startswith("vec_changes_code")
     sim = _sim()
-    assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MMA"] == 2
-    for nq, k in ((100, 10), (100, 64), (1024, 10)):  # each fits its shared memory and registers without TMA
+    # TMA-fed defaults: ping-pong (MMA=3) where thread lists hold k, else MMA=2; 192-row tiles up to 96 queries
+    assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MMA"] == 3
+    assert sim.default_config(100, 64, "float16", 768, arch="sm_90")["MMA"] == 2
+    assert sim.default_config(64, 10, "float16", 768, arch="sm_90")["BLOCK_N"] == 192
+    assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["BLOCK_N"] == 128
+    for nq in (9, 64, 96, 100, 112, 1024):
+        cfg_pp = sim.default_config(nq, 10, "float16", 768, arch="sm_90")
+        assert cfg_pp["MMA"] == 3 and sim.accumulators(cfg_pp) <= sim.max_accumulators(cfg_pp), cfg_pp
+    for nq, k in ((100, 10), (100, 64), (1024, 10), (64, 10)):  # each fits its smem and registers without TMA
         cfg100 = sim.default_config(nq, k, "float16", 100, arch="sm_90")
         assert cfg100["MMA"] == 1 and cfg100["STAGES"] >= 3, cfg100
         assert S.topk_smem_bytes(cfg100, 0, 2, k) <= sim.smem_limit("sm_90"), cfg100

@@ -235,25 +235,25 @@ def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="TMA main loop: sm_90 only")
 def test_tma_main_loop_needs_16_byte_rows():
-    """MMA=2 reads rows through TMA: an explicit MMA=2 config on rows that are not 16-byte multiples (d = 100 fp16:
-    200 bytes) is an InputError naming the rule and the way out. Without an explicit config the op avoids MMA=2:
-    the default for d = 100 is MMA=1, and a corpus view whose pointer and row stride are only 8-byte aligned moves
-    an MMA=2 default to MMA=1; both give the mma.sync main loop's answer."""
+    """MMA 2 and 3 read rows through TMA: an explicit MMA=3 config on rows that are not 16-byte multiples (d = 100
+    fp16: 200 bytes) is an InputError naming the rule and the way out. Without an explicit config the op avoids
+    TMA: the default for d = 100 is MMA=1, and a corpus view whose pointer and row stride are only 8-byte aligned
+    moves an MMA=3 default to MMA=1; both give the mma.sync main loop's answer."""
     from tunelab.errors import InputError
 
     sim = _sim()
     q, c = _inputs("float16", d=100, seed=3)
     cfg = dict(sim.fit_config(sim.default_config(NQ, 10, "float16", D_WG), 10, "float16"), VEC=8)
-    assert cfg["MMA"] == 2
-    with pytest.raises(InputError, match="MMA=2 .*use MMA=1"):
+    assert cfg["MMA"] == 3
+    with pytest.raises(InputError, match="MMA=3 .*use MMA=1"):
         sim.similarity_search(q, c, 10, config=cfg)
-    sync = dict(cfg, MMA=0, BLOCK_K=64, WARPS_Q=2, WARPS_N=4)
+    sync = dict(cfg, MMA=0, BLOCK_N=128, BLOCK_K=64, WARPS_Q=2, WARPS_N=4)
     s, i = sim.similarity_search(q, c, 10)
     s0, i0 = sim.similarity_search(q, c, 10, config=sync)
     assert torch.equal(i, i0)
     q, c = _inputs("float16", d=D_WG + 4, seed=4)
     q, c = q[:, 4:], c[:, 4:]  # d = D_WG (a 400-byte row) but 8-byte aligned pointers, 408-byte row strides
-    assert sim.default_config(NQ, 10, "float16", D_WG)["MMA"] == 2
+    assert sim.default_config(NQ, 10, "float16", D_WG)["MMA"] == 3
     s, i = sim.similarity_search(q, c, 10)
     s0, i0 = sim.similarity_search(q.contiguous(), c.contiguous(), 10, config=dict(sync, VEC=16))
     assert torch.equal(i, i0)

@@ -132,6 +132,13 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       that was the default before: 11% faster at N = 50K / nq = 100, 20% at 1M / 100, 22% at 10M / 100, 21% at
       10M / 1024. (256-row tiles are 3% faster still at 10M / 100 and 18% slower at 50K / 100: the tuner's
       choice.) MMA=1 measured 6-18% faster than the mma.sync tiling (--variants wgmma).
+    * sm_90 with fp16/bf16, nq > 8 and k <= 16: ping-pong warpgroups on that TMA ring (MMA=3, thread lists, 4
+      stages, 64-row epilogue passes): up to 112 queries BLOCK_Q = nq rounded up to 8 and 192-row tiles (3 m64
+      blocks per warpgroup), or 128-row tiles where 192 rows would pass :data:`MAX_ACCUMULATORS_PINGPONG`
+      (above 96 queries); above 112 queries 128 x 128 tiles and 5 stages. Measured on the H200
+      (benchmarks/similarity_probe.py --variants pingpong, results/similarity_probe_pingpong.json) against the
+      MMA=2 defaults: at nq = 100 (112 queries per block), 128-row tiles 8% faster at 10M and 10% at 1M, 192-row
+      tiles (104 queries, which spill a few words: not a default) 13% and 12%, 5% at 50K; at 10M / 1024 10%.
 
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
       per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);
@@ -154,11 +161,18 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     # accumulators; 128-row tiles (56 accumulators) keep 3 stages there
     big = limit >= 200 * 1024
     wgmma = eb == 2 and wgmma_supported(arch or current_arch())
+    pingpong = wgmma and k <= _S.thread_list_capacity(3)  # MMA=3 keeps thread lists (MERGE=3: k <= 16)
     if nq <= 8:
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
+    elif nq <= 112 and pingpong:
+        cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)
+        if accumulators(cfg) > max_accumulators(cfg):  # 192-row tiles of more than 96 queries spill
+            cfg["BLOCK_N"] = 128
     elif nq <= 112:
         bq = max(16, (int(nq) + 15) // 16 * 16)
         cfg = _cfg(128, bq, 64, 8, 1, 5, mma=2) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
+    elif pingpong:
+        cfg = _cfg(128, 128, 64, 8, 1, 5, merge=3, epi=64, mma=3)
     else:
         cfg = _cfg(256, 128, 64, 8, 1, 3, mma=2) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
     # the running top-k: thread lists (16 entries) for k <= 16 above 8 queries, when the accumulators leave room
@@ -183,6 +197,8 @@ def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limi
     lists give way to shared lists (MERGE=2) where MMA=1's registers cannot hold them, then the shared memory is
     fitted again. Tiles whose accumulators MMA=1 cannot hold (256 rows of 128 queries) are halved."""
     cfg = dict(config, MMA=1, STAGES=max(3, config["STAGES"]))
+    if cfg["BLOCK_N"] == 192:  # MMA=3's tile height; MMA=1's warpgroups split a tile of 128 or 256 rows
+        cfg["BLOCK_N"] = 128
     while accumulators(cfg) > max_accumulators(cfg) and cfg["BLOCK_N"] > 64 * (cfg["WARPS_N"] // 4):
         cfg["BLOCK_N"] //= 2
     if cfg["MERGE"] >= 3 and not _thread_lists_fit(cfg):
