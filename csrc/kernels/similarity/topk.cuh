@@ -263,7 +263,8 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 //     accumulators next to thread lists.
 //   3 (ping-pong, sm_90a): the producer and ring of 2, but each of the two MMA warpgroups owns whole tiles (all
 //     BLOCK_N rows, m64 blocks 0..MT-1), warpgroup w the split's tiles w, w + 2, ... The ring holds the slices in
-//     tile order, so the warpgroups take turns on the tensor cores: while one multiplies its tile, the other runs
+//     tile order, and an order barrier per warpgroup makes them take turns on the main loop (see run(): it also
+//     keeps the ring's parity waits exact): while one multiplies its tile, the other runs
 //     the top-k epilogue of its previous one, which no longer stalls the main loop. Each warpgroup has its own
 //     score tile, row norms, hit flags, thread-list parts and named barrier (1 + w); a stage is released by the
 //     4 warps of the warpgroup that read it. The column bars take the maximum over every part of both warpgroups
