@@ -149,9 +149,7 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const long long bars = thread_lists ? tunelab::sim::topk_list_parts(c.threads(), c.block_q, c.mma) * c.block_q * 4LL
                                         : c.block_q * 16LL;
     const long long meta = bars + c.warps_n * c.block_q * 4LL;  // + the pre-check's hit flags
-    // full[] and empty[] of the TMA ring, and ping-pong's order[2]
-    const long long mbarriers = tunelab::sim::topk_uses_tma(c.mma) ? 16LL * c.stages + (c.mma == 3 ? 16 : 0) : 0;
-    return c.stages * stage + score + scratch + norms + meta + mbarriers;
+    return c.stages * stage + score + scratch + norms + meta + tunelab::sim::topk_mbarrier_bytes(c.mma, c.stages);
 }
 
 long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {

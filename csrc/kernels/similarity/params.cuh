@@ -109,6 +109,11 @@ TUNELAB_SIM_HD constexpr int topk_tile_groups(int mma) { return mma == 3 ? 2 : 1
 TUNELAB_SIM_HD constexpr int topk_launch_threads(int warps, int mma) {
   return 32 * warps + (topk_uses_tma(mma) ? 128 : 0);
 }
+// Shared memory of the search kernel's mbarriers (8 bytes each): the TMA ring's full[STAGES] and empty[STAGES]
+// (MMA 2, 3) and ping-pong's order[2] (MMA=3).
+TUNELAB_SIM_HD constexpr int topk_mbarrier_bytes(int mma, int stages) {
+  return topk_uses_tma(mma) ? 16 * stages + (mma == 3 ? 16 : 0) : 0;
+}
 // Thread-list parts per query column in a whole block (MERGE 3, 4): those of each tile group (its threads /
 // BLOCK_Q, thread_list_parts()) times the groups. `threads` counts the MMA threads of the block.
 TUNELAB_SIM_HD constexpr int topk_list_parts(int threads, int block_q, int mma) {

@@ -344,10 +344,10 @@ struct TopkTraits {
   // pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer each: lane g == 0 of a quad column group in warp
   // row warp_n)
   static constexpr int kMetaBytes = (kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16) + kWarpsN * kBlockQ * 4;
-  // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring (MMA=3: and order[2], see run())
+  // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring; MMA=3: then order[2], which hands the
+  // tensor cores from one warpgroup's main loop to the other's (see run())
   static constexpr int kBarOffset = kMetaOffset + kMetaBytes;
-  // (ping-pong: then order[2], which hands the tensor cores from one warpgroup's main loop to the other's)
-  static constexpr int kBarBytes = kTmaProducer ? 16 * kStages + (kPingPong ? 16 : 0) : 0;
+  static constexpr int kBarBytes = topk_mbarrier_bytes(kMma, kStages);
   static constexpr int kListOffset = kBarOffset + kBarBytes;
   // Dynamic shared memory = kStaticSmemBytes + topk_list_bytes(): two list buffers of keys and indices per query,
   // or (thread lists) the lists parts 1.. hand to part 0 at the end of a split.
