@@ -44,6 +44,10 @@ void bind_similarity(py::module_& m) {
     s.def("topk_threads", &sl::topk_threads, py::arg("config"), "Threads per search block at launch.");
     s.def("thread_list_capacity", &tunelab::sim::thread_list_capacity, py::arg("merge"),
           "Entries of a search thread list for MERGE (3: 16, 4: 32; 0 for the shared lists): k must not exceed it.");
+    s.def("topk_uses_tma", &tunelab::sim::topk_uses_tma, py::arg("mma"),
+          "Whether main loop MMA is fed by the TMA producer warpgroup (MMA 2, 3).");
+    s.def("topk_tile_groups", &tunelab::sim::topk_tile_groups, py::arg("mma"),
+          "Groups of MMA warps that run tiles of their own: 2 for ping-pong (MMA=3), else 1.");
     s.def("topk_name_expression", &sl::topk_name_expression, py::arg("config"), py::arg("dtype"), py::arg("metric"));
     s.def(
         "topk_plan",

@@ -92,7 +92,16 @@ def wgmma_supported(arch: str) -> bool:
 def uses_tma(config: Mapping[str, Any]) -> bool:
     """True when a search config's main loop is fed by the TMA producer warpgroup (``MMA`` 2 and 3), which reads
     rows 16 bytes at a time from 16-byte aligned pointers and row strides."""
-    return int(config.get("MMA", 0)) >= 2
+    return bool(_S.topk_uses_tma(int(config.get("MMA", 0))))
+
+
+def _with_mma(config: Mapping[str, Any], mma: int) -> dict:
+    """``config`` moved to main loop ``mma``: MMA=3's 192-row tile (3 m64 blocks per warpgroup) becomes 128 rows,
+    which the other main loops split among their warps."""
+    cfg = dict(config, MMA=mma)
+    if mma != 3 and cfg["BLOCK_N"] == 192:
+        cfg["BLOCK_N"] = 128
+    return cfg
 
 
 def compile_arch(config: Mapping[str, Any], arch: str) -> str:
@@ -161,7 +170,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     # accumulators; 128-row tiles (56 accumulators) keep 3 stages there
     big = limit >= 200 * 1024
     wgmma = eb == 2 and wgmma_supported(arch or current_arch())
-    pingpong = wgmma and k <= _S.thread_list_capacity(3)  # MMA=3 keeps thread lists (MERGE=3: k <= 16)
+    lists_hold_k = k <= _S.thread_list_capacity(3)  # MERGE=3's 16-entry thread lists
+    pingpong = wgmma and lists_hold_k  # MMA=3 keeps thread lists
     if nq <= 8:
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112 and pingpong:
@@ -176,7 +186,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     else:
         cfg = _cfg(256, 128, 64, 8, 1, 3, mma=2) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
     # the running top-k: thread lists (16 entries) for k <= 16 above 8 queries, when the accumulators leave room
-    if nq > 8 and k <= 16 and _thread_lists_fit(dict(cfg, MERGE=3)):
+    if nq > 8 and lists_hold_k and _thread_lists_fit(dict(cfg, MERGE=3)):
         cfg["MERGE"] = 3
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
@@ -196,9 +206,7 @@ def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limi
     """An MMA 2 or 3 config moved to the cp.async wgmma loop (MMA=1, STAGES >= 3), for rows TMA cannot read: thread
     lists give way to shared lists (MERGE=2) where MMA=1's registers cannot hold them, then the shared memory is
     fitted again. Tiles whose accumulators MMA=1 cannot hold (256 rows of 128 queries) are halved."""
-    cfg = dict(config, MMA=1, STAGES=max(3, config["STAGES"]))
-    if cfg["BLOCK_N"] == 192:  # MMA=3's tile height; MMA=1's warpgroups split a tile of 128 or 256 rows
-        cfg["BLOCK_N"] = 128
+    cfg = dict(_with_mma(config, 1), STAGES=max(3, config["STAGES"]))
     while accumulators(cfg) > max_accumulators(cfg) and cfg["BLOCK_N"] > 64 * (cfg["WARPS_N"] // 4):
         cfg["BLOCK_N"] //= 2
     if cfg["MERGE"] >= 3 and not _thread_lists_fit(cfg):
@@ -212,7 +220,7 @@ def accumulators(config: Mapping[str, Any]) -> int:
     blocks x 4)."""
     c = config
     if c.get("MMA", 0) >= 1:
-        tile_warpgroups = 1 if c["MMA"] == 3 else max(1, c["WARPS_N"] // 4)
+        tile_warpgroups = max(1, c["WARPS_N"] // 4 // _S.topk_tile_groups(c["MMA"]))
         return (c["BLOCK_N"] // (64 * tile_warpgroups)) * (c["BLOCK_Q"] // 8) * 4
     return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
 
@@ -260,9 +268,7 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
                 cfg["WARPS_N"] = 2 if cfg["BLOCK_N"] % 32 == 0 else cfg["WARPS_N"]
             cfg.update(BLOCK_Q=new_bq, WARPS_Q=max(1, wq))
         elif cfg["MMA"]:  # the wgmma rules allow nothing smaller; mma.sync goes on (2 stages, thinner slices)
-            cfg["MMA"] = 0
-            if cfg["BLOCK_N"] == 192:  # MMA=3's tile height: mma.sync warps tile 128
-                cfg["BLOCK_N"] = 128
+            cfg = _with_mma(cfg, 0)
         elif cfg["BLOCK_K"] * eb > 64:  # thinner pipeline slices
             cfg["BLOCK_K"] //= 2
         elif cfg["BLOCK_N"] > 64:  # shorter corpus tiles (the score tile and scratch shrink with them)
