@@ -167,32 +167,25 @@ def test_results_do_not_depend_on_config_or_splits():
 
 
 #: wgmma main loop (MMA 1..3) configs: two warpgroups with two m64 blocks each, one warpgroup with one; D_WG gives
-#: 4 slices of 64 elements per tile, the last one short (an MMA group is in flight across every refill barrier)
-_WGMMA = [
-    dict(BLOCK_N=256, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
-         MIN_BLOCKS=1, MMA=1),
-    dict(BLOCK_N=64, BLOCK_Q=16, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=4, VEC=8, MERGE=0, EPI_ROWS=128,
-         MIN_BLOCKS=1, MMA=1),
+#: 4 slices of 64 elements per tile, the last one short (an MMA group is in flight across every refill barrier).
+#: Every config has 64-element slices, WARPS_Q=1 and MIN_BLOCKS=1; each row lists the rest.
+_WG_FIELDS = ("MMA", "BLOCK_N", "BLOCK_Q", "WARPS_N", "STAGES", "VEC", "MERGE", "EPI_ROWS")
+_WGMMA = [dict(zip(_WG_FIELDS, row), BLOCK_K=64, WARPS_Q=1, MIN_BLOCKS=1) for row in (
+    (1, 256, 40, 8, 3, 16, 2, 128),
+    (1, 64, 16, 4, 4, 8, 0, 128),
     # MMA=2 (the TMA producer warp): a 2-stage ring (every slice waits for its refill), 256-row tiles over two
     # passes, thread lists with 6 stages
-    dict(BLOCK_N=64, BLOCK_Q=16, BLOCK_K=64, WARPS_N=4, WARPS_Q=1, STAGES=2, VEC=8, MERGE=0, EPI_ROWS=128,
-         MIN_BLOCKS=1, MMA=2),
-    dict(BLOCK_N=256, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=64,
-         MIN_BLOCKS=1, MMA=2),
-    dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=6, VEC=16, MERGE=3, EPI_ROWS=64,
-         MIN_BLOCKS=1, MMA=2),
+    (2, 64, 16, 4, 2, 8, 0, 128),
+    (2, 256, 40, 8, 3, 16, 2, 64),
+    (2, 128, 64, 8, 6, 16, 3, 64),
     # MMA=3 (ping-pong warpgroups): a 2-stage ring shared by the two warpgroups' tiles, 128-row tiles in two passes
     # with 2 parts per column and group; 256-row tiles (4 m64 blocks per warpgroup) with 4 parts per column and
     # group, 32-entry lists; 5 stages of the nq = 100 tiling; 192-row tiles (3 m64 blocks, 3 epilogue passes)
-    dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=2, VEC=16, MERGE=3, EPI_ROWS=64,
-         MIN_BLOCKS=1, MMA=3),
-    dict(BLOCK_N=256, BLOCK_Q=16, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=4, EPI_ROWS=64,
-         MIN_BLOCKS=1, MMA=3),
-    dict(BLOCK_N=128, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=5, VEC=16, MERGE=3, EPI_ROWS=128,
-         MIN_BLOCKS=1, MMA=3),
-    dict(BLOCK_N=192, BLOCK_Q=40, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=3, EPI_ROWS=64,
-         MIN_BLOCKS=1, MMA=3),
-]
+    (3, 128, 64, 8, 2, 16, 3, 64),
+    (3, 256, 16, 8, 3, 16, 4, 64),
+    (3, 128, 40, 8, 5, 16, 3, 128),
+    (3, 192, 40, 8, 3, 16, 3, 64),
+)]
 D_WG = 200
 
 
