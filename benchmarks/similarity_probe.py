@@ -18,13 +18,14 @@ The difference search - mainloop is what the per-tile top-k epilogue costs. Resu
 benchmarks/results/similarity_probe.json with the environment fingerprint; a table is printed last.
 
   python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
-      [--variants sync|wgmma|tma|pingpong|merge|all]
+      [--variants sync|wgmma|tma|pingpong|cluster|merge|all]
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
   python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
       --from-study benchmarks/results/tune_similarity_1x10000000x768x10_fp32.json   # a study's configs elsewhere
 
 ``--variants tma`` probes the TMA-fed wgmma main loop (MMA=2) into similarity_probe_tma.json, ``--variants
-pingpong`` its ping-pong form (MMA=3) into similarity_probe_pingpong.json. Every row also records the fraction of
+pingpong`` its ping-pong form (MMA=3) into similarity_probe_pingpong.json, ``--variants cluster`` thread-block
+clusters sharing the query slices (CLUSTER 2, 4) into similarity_probe_cluster.json. Every row also records the fraction of
 its indices equal to the first variant's (1.0 expected: the same products).
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
@@ -124,6 +125,26 @@ def pingpong_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     return v
 
 
+def cluster_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """Thread-block clusters (CLUSTER: the blocks of a cluster take consecutive splits of one query tile and each
+    TMA-multicasts 1 / CLUSTER of every query slice to all of them, so L2 serves each query byte once per cluster)
+    on the ping-pong loop (MMA=3) and the cooperative one (MMA=2, whose 256-row tiles halve the query bytes per
+    corpus row again), against the unclustered default."""
+    pp = {"MMA": 3, "BLOCK_K": 64, "WARPS_Q": 1, "WARPS_N": 8, "MERGE": 3, "EPI_ROWS": 64}
+    v = [("default", {}, None)]
+    if nq <= 112:
+        v += [("pp BN=128,S=4,C=2", {**pp, "BLOCK_N": 128, "STAGES": 4, "CLUSTER": 2}, None),
+              ("pp BN=128,S=5,C=2", {**pp, "BLOCK_N": 128, "STAGES": 5, "CLUSTER": 2}, None),
+              ("pp BN=128,S=4,C=4", {**pp, "BLOCK_N": 128, "STAGES": 4, "CLUSTER": 4}, None),
+              ("MMA=2 BN=256,S=4,C=2", {**pp, "MMA": 2, "BLOCK_N": 256, "STAGES": 4, "CLUSTER": 2}, None),
+              ("MMA=2 BN=256,S=4,C=4", {**pp, "MMA": 2, "BLOCK_N": 256, "STAGES": 4, "CLUSTER": 4}, None)]
+    else:
+        v += [("pp BN=128,S=4,C=2", {**pp, "BLOCK_N": 128, "BLOCK_Q": 128, "STAGES": 4, "CLUSTER": 2}, None),
+              ("pp BN=128,S=4,C=4", {**pp, "BLOCK_N": 128, "BLOCK_Q": 128, "STAGES": 4, "CLUSTER": 4}, None),
+              ("pp BN=128,S=3,C=4", {**pp, "BLOCK_N": 128, "BLOCK_Q": 128, "STAGES": 3, "CLUSTER": 4}, None)]
+    return v
+
+
 def main() -> int:
     import torch
 
@@ -134,9 +155,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
-    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "pingpong", "merge", "all"), default="sync",
+    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "pingpong", "cluster", "merge", "all"),
+                    default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
-                         "pingpong: MMA=3 against MMA=2; merge: the running top-k strategies (MERGE); all: sync and "
+                         "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; merge: the running top-k strategies (MERGE); all: sync and "
                          "wgmma")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     ap.add_argument("--from-study", type=Path, default=None,
@@ -170,6 +192,8 @@ def main() -> int:
             return tma_variants(nq)
         if args.variants == "pingpong":
             return pingpong_variants(nq)
+        if args.variants == "cluster":
+            return cluster_variants(nq)
         return variants(nq) + wgmma_variants(nq)[1:]
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 
@@ -222,7 +246,8 @@ def main() -> int:
             res = comp.resources
             rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                          "tiles_per_split": plan["tiles_per_split"], "registers": res.registers,
-                         "blocks_per_sm": comp.blocks_per_sm(dev, K), "search_us": t_search,
+                         "blocks_per_sm": comp.blocks_per_sm(dev, K),
+                         "resident_blocks": comp.resident_blocks(dev, K), "search_us": t_search,
                          "mainloop_us": t_zero, "merge_us": t_merge, "merge_shared_us": t_merge_shared,
                          "torch_us": torch_us, "index_agreement_with_default": agreement})
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "

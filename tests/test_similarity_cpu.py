@@ -25,7 +25,7 @@ def _sim():
 
 #: A valid mma.sync search config; tests state only what they change (a new tunable is one edit here).
 _BASE_CFG = dict(BLOCK_N=128, BLOCK_Q=64, BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128,
-                 MIN_BLOCKS=1, MMA=0)
+                 MIN_BLOCKS=1, MMA=0, CLUSTER=1)
 
 
 def _cfg(**over):
@@ -183,7 +183,7 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     from tunelab.tuning.families.similarity import SearchProblem, SimilarityFamily
 
     wg = dict(BLOCK_N=256, BLOCK_Q=112, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
-              MIN_BLOCKS=1, MMA=1)
+              MIN_BLOCKS=1, MMA=1, CLUSTER=1)
     S.topk_validate(wg, 0, 0)
     S.topk_validate(wg, 1, 2)
     for bad, match in ((dict(wg), "fp32"), (dict(wg, BLOCK_K=32), "128-byte row slices"),
@@ -218,7 +218,7 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     rej = space.rejection(dict(tma, MIN_BLOCKS=2))
     assert rej is not None and "MIN_BLOCKS=1" in rej.detail
     assert [r.code for r in fam.static_gates(dict(small, MMA=2), prob, arch="sm_80")] == ["static.arch"]
-    legacy = {k: v for k, v in wg.items() if k != "MMA"}
+    legacy = {k: v for k, v in wg.items() if k not in ("MMA", "CLUSTER")}
     assert sim.canonical_config(legacy)["MMA"] == 0
     # MMA=3 (ping-pong warpgroups): two MMA warpgroups with thread lists; each owns whole tiles, so its accumulators
     # cover all BLOCK_N rows, and it has its own score tile (ip: no norms) and list parts
@@ -245,6 +245,56 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     assert fitted["MMA"] == 1 and fitted["STAGES"] >= 3 and fitted["WARPS_Q"] == 1, fitted
     S.topk_validate(fitted, 0, 2)
     assert S.topk_smem_bytes(fitted, 0, 2, 256) <= sim.smem_limit("sm_90")
+
+
+def test_cluster_rules_layout_and_plan():
+    """CLUSTER (thread-block clusters sharing query slices by TMA multicast): only with the TMA producer (MMA 2, 3),
+    named in the launcher's error and the space's rejection; a stage holds BLOCK_Q rounded up to 8 rows per block;
+    splits come in whole clusters, also under a cap; configs written before CLUSTER existed mean 1; the kernels
+    compile for sm_90 without spills."""
+    from tunelab.tuning.families.similarity import SearchProblem, SimilarityFamily, smem_bytes_py
+
+    sim = _sim()
+    pp = dict(BLOCK_N=128, BLOCK_Q=104, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=4, VEC=16, MERGE=3, EPI_ROWS=64,
+              MIN_BLOCKS=1, MMA=3, CLUSTER=2)
+    S.topk_validate(pp, 0, 2)
+    space = SimilarityFamily().space(SearchProblem(100, 50000, 768, 10, "fp16"))
+    assert space.check(pp)[0]
+    for bad in (dict(pp, MMA=1, MERGE=2, STAGES=3), dict(pp, MMA=0, MERGE=2, BLOCK_N=256)):
+        with pytest.raises(ConfigError, match="CLUSTER=2 .*MMA 2 or 3"):
+            S.topk_validate(bad, 0, 0)
+        rej = space.rejection(bad)
+        assert rej is not None and "CLUSTER" in rej.detail, (bad, rej)
+    with pytest.raises(ConfigError, match="CLUSTER=3 is not accepted"):
+        S.topk_validate(dict(pp, CLUSTER=3), 0, 0)
+    assert [S.topk_query_rows(bq, c) for bq, c in ((104, 1), (104, 2), (40, 4), (128, 2), (8, 2))] == [104, 112, 64,
+                                                                                                       128, 16]
+    one = dict(pp, CLUSTER=1)
+    for c, rows in ((2, 112), (4, 128)):
+        cfg = dict(pp, CLUSTER=c)
+        extra = 4 * (rows - 104) * 128  # STAGES x padding rows x 128-byte slices
+        assert S.topk_static_smem_bytes(cfg, 0, 1) == S.topk_static_smem_bytes(one, 0, 1) + extra
+        assert smem_bytes_py(cfg, 2, 10, "cosine") == S.topk_smem_bytes(cfg, 0, 1, 10)
+        assert S.topk_name_expression(cfg, 0, 1).endswith(f", 3, {c}>>")
+    legacy = {k: v for k, v in one.items() if k != "CLUSTER"}
+    assert S.topk_static_smem_bytes(legacy, 0, 0) == S.topk_static_smem_bytes(one, 0, 0)
+    assert sim.canonical_config(legacy)["CLUSTER"] == 1
+    # leaving the TMA producer drops the cluster
+    assert sim.without_tma(pp, 10, "float16", "l2", sim.smem_limit("sm_90"))["CLUSTER"] == 1
+    # splits in whole clusters: 27 tiles of 192 rows over clusters of 4 leave whole empty splits at the end
+    c4 = dict(pp, CLUSTER=4, BLOCK_N=192, BLOCK_Q=40)
+    for cfg, n, target, cap in ((pp, 10_000_000, 132, 0), (pp, 10_000_000, 132, 7), (c4, 5003, 132, 0),
+                                (pp, 1000, 132, 0), (c4, 100, 132, 0)):
+        p = S.topk_plan(cfg, 100, n, target, cap)
+        cl = cfg["CLUSTER"]
+        assert p["splits"] % cl == 0 and p["splits"] * p["tiles_per_split"] >= p["num_tiles"], (cfg, n, p)
+        assert p["splits"] - cl < -(-p["num_tiles"] // p["tiles_per_split"]), (cfg, n, p)  # at most one short cluster
+        if cap:
+            assert p["splits"] <= cap, p
+    assert S.topk_plan(c4, 100, 5003, 132, 0)["splits"] == 16
+    for cfg, metric in ((pp, "l2"), (dict(pp, MMA=2, CLUSTER=4, BLOCK_Q=64, STAGES=3), "cosine")):
+        r = sim.compile_search(cfg, dtype="float16", metric=metric, arch="sm_90").resources
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (cfg, r)
 
 
 def test_wgmma_configs_compile_unserialized_without_spills():

@@ -186,6 +186,16 @@ _WGMMA = [dict(zip(_WG_FIELDS, row), BLOCK_K=64, WARPS_Q=1, MIN_BLOCKS=1) for ro
     (3, 128, 40, 8, 5, 16, 3, 128),
     (3, 192, 40, 8, 3, 16, 3, 64),
 )]
+#: The same with thread-block clusters (CLUSTER: every producer multicasts its part of each query slice): 40 queries
+#: are 48 stage rows in a cluster of 2 and 64 in one of 4 (padding rows loaded, never read); 5003 rows in 192-row
+#: tiles over clusters of 4 leave the last cluster's blocks walking empty tiles.
+_WG_CLUSTER = [dict(zip(_WG_FIELDS + ("CLUSTER",), row), BLOCK_K=64, WARPS_Q=1, MIN_BLOCKS=1) for row in (
+    (3, 128, 40, 8, 4, 16, 3, 64, 2),
+    (3, 192, 40, 8, 3, 16, 3, 64, 4),
+    (2, 128, 64, 8, 3, 16, 3, 64, 2),
+    (3, 128, 104, 8, 4, 16, 3, 64, 2),
+)]
+_WGMMA += _WG_CLUSTER
 D_WG = 200
 
 
@@ -223,6 +233,30 @@ def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
     for cfg in _WGMMA:
         s, i = sim.similarity_search(qi, ci, 16, metric="ip", config=cfg)
         assert torch.equal(i, order), cfg
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="thread-block clusters: sm_90 only")
+def test_clusters_match_for_any_split_count_and_when_streamed():
+    """Cluster configs give the unclustered answer bit for bit whatever the split count (forced counts round up to
+    whole clusters; 7 splits of 40 tiles leave the last cluster's second block 2 empty tiles), and through the
+    streamed path, whose chunks plan their splits again."""
+    from tunelab.ops import streaming
+
+    sim = _sim()
+    q, c = _inputs("float16", d=D_WG, seed=13)
+    for cfg in _WG_CLUSTER:
+        want_s, want_i = sim.similarity_search(q, c, 10, metric="l2", config=dict(cfg, CLUSTER=1))
+        for splits in (1, 3, 7, None):
+            s, i = sim._search_gpu(q, c, 10, "l2", dict(cfg), True, splits=splits)
+            assert torch.equal(i, want_i) and torch.equal(s, want_s), (cfg, splits)
+    cfg = _WG_CLUSTER[0]
+    want_s, want_i = sim.similarity_search(q, c, 10, metric="ip", config=dict(cfg, CLUSTER=1))
+    stats = {}
+    s, i = streaming.search_streamed(q, c.cpu(), 10, metric="ip", config=dict(cfg), explicit=True, chunk_rows=1500,
+                                     streams=2, stats=stats)
+    assert stats["num_chunks"] >= 3 and stats["config"]["CLUSTER"] == 2, stats
+    assert torch.equal(i, want_i) and torch.equal(s, want_s)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

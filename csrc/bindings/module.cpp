@@ -41,12 +41,20 @@ std::array<unsigned, 3> dims3(const py::object& o, const char* what) {
     return d;
 }
 
-LaunchDims make_dims(const py::object& grid, const py::object& block, long long smem) {
+LaunchDims make_dims(const py::object& grid, const py::object& block, long long smem,
+                     const py::object& cluster = py::int_(1)) {
     if (smem < 0) throw ConfigError("shared memory = " + std::to_string(smem) + " bytes must be >= 0");
     LaunchDims dims;
-    auto g = dims3(grid, "grid"), b = dims3(block, "block");
+    auto g = dims3(grid, "grid"), b = dims3(block, "block"), c = dims3(cluster, "cluster");
     std::copy(g.begin(), g.end(), dims.grid);
     std::copy(b.begin(), b.end(), dims.block);
+    std::copy(c.begin(), c.end(), dims.cluster);
+    for (int i = 0; i < 3; ++i) {
+        if (dims.grid[i] % dims.cluster[i])
+            throw ConfigError("grid[" + std::to_string(i) + "] = " + std::to_string(dims.grid[i]) +
+                              " is not a multiple of cluster[" + std::to_string(i) + "] = " +
+                              std::to_string(dims.cluster[i]) + ": a grid holds whole clusters");
+    }
     dims.smem = unsigned(smem);
     return dims;
 }
@@ -293,15 +301,20 @@ PYBIND11_MODULE(_core, m) {
         .def("param_info", &Function::param_info)
         .def("driver_occupancy", &Function::driver_occupancy, py::arg("threads"), py::arg("dynamic_smem") = 0,
              "Blocks per SM according to the driver (cuOccupancyMaxActiveBlocksPerMultiprocessor).")
+        .def("driver_max_active_clusters", &Function::driver_max_active_clusters, py::arg("threads"),
+             py::arg("dynamic_smem"), py::arg("cluster"),
+             "Clusters of `cluster` blocks the GPU holds at once (cuOccupancyMaxActiveClusters).")
         .def("launch", [](Function& f, py::object grid, py::object block, long long smem, unsigned long long stream,
-                          ArgPack& args) {
-            LaunchDims dims = make_dims(grid, block, smem);
+                          ArgPack& args, py::object cluster) {
+            LaunchDims dims = make_dims(grid, block, smem, cluster);
             launch(f, dims, reinterpret_cast<CUstream>(stream), args);
-        }, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("stream"), py::arg("args"))
+        }, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("stream"), py::arg("args"),
+             py::arg("cluster") = 1, "Launch on `stream`; `cluster` (int or up to 3 ints) > 1 launches thread-block "
+             "clusters (the grid must hold whole clusters).")
         .def("prepare", [](std::shared_ptr<Function> f, py::object grid, py::object block, long long smem,
-                           const ArgPack& args) {
-            return std::make_shared<PreparedLaunch>(f, make_dims(grid, block, smem), args);
-        }, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("args"));
+                           const ArgPack& args, py::object cluster) {
+            return std::make_shared<PreparedLaunch>(f, make_dims(grid, block, smem, cluster), args);
+        }, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("args"), py::arg("cluster") = 1);
 
     py::class_<Module, std::shared_ptr<Module>>(m, "Module", "A cubin loaded into the current CUDA context.")
         .def(py::init([](py::bytes cubin) { return Module::load(std::string(cubin)); }), py::arg("cubin"))

@@ -48,6 +48,8 @@ void bind_similarity(py::module_& m) {
           "Whether main loop MMA is fed by the TMA producer warpgroup (MMA 2, 3).");
     s.def("topk_tile_groups", &tunelab::sim::topk_tile_groups, py::arg("mma"),
           "Groups of MMA warps that run tiles of their own: 2 for ping-pong (MMA=3), else 1.");
+    s.def("topk_query_rows", &tunelab::sim::topk_query_rows, py::arg("block_q"), py::arg("cluster"),
+          "Query rows of a search stage: BLOCK_Q, with CLUSTER > 1 rounded up to 8 rows per cluster block.");
     s.def("topk_name_expression", &sl::topk_name_expression, py::arg("config"), py::arg("dtype"), py::arg("metric"));
     s.def(
         "topk_plan",

@@ -240,6 +240,31 @@ int Function::driver_occupancy(int threads, size_t dynamic_smem) {
     return blocks;
 }
 
+int Function::driver_max_active_clusters(int threads, size_t dynamic_smem, int cluster) {
+    activate();
+    reserve_dynamic_smem(dynamic_smem);
+    if (!driver().cuOccupancyMaxActiveClusters)
+        throw NoDeviceError("this CUDA driver has no cuOccupancyMaxActiveClusters (thread-block clusters need CUDA 12 "
+                            "and an sm_90 GPU)", "cuOccupancyMaxActiveClusters", 0);
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = 1;
+    attr.value.clusterDim.y = static_cast<unsigned>(cluster);
+    attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = 1;
+    cfg.gridDimY = static_cast<unsigned>(cluster);
+    cfg.gridDimZ = 1;
+    cfg.blockDimX = static_cast<unsigned>(threads);
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(dynamic_smem);
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    check(driver().cuOccupancyMaxActiveClusters(&clusters, fn_, &cfg), "cuOccupancyMaxActiveClusters");
+    return clusters;
+}
+
 // ---------------------------------------------------------------------------------------------- launches
 
 void ArgPack::add(const void* data, size_t size, size_t align) {
@@ -257,13 +282,43 @@ std::vector<void*> ArgPack::pointers() {
     return ptrs;
 }
 
+namespace {
+// cuLaunchKernel, or with a thread-block cluster cuLaunchKernelEx with the cluster dimension attribute.
+void launch_dims(CUfunction fn, const LaunchDims& dims, CUstream stream, void** params) {
+    if (!dims.clustered()) {
+        check(driver().cuLaunchKernel(fn, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0], dims.block[1],
+                                      dims.block[2], dims.smem, stream, params, nullptr),
+              "cuLaunchKernel");
+        return;
+    }
+    if (!driver().cuLaunchKernelEx)
+        throw NoDeviceError("this CUDA driver has no cuLaunchKernelEx (thread-block clusters need CUDA 12 and an "
+                            "sm_90 GPU)", "cuLaunchKernelEx", 0);
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = dims.cluster[0];
+    attr.value.clusterDim.y = dims.cluster[1];
+    attr.value.clusterDim.z = dims.cluster[2];
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = dims.grid[0];
+    cfg.gridDimY = dims.grid[1];
+    cfg.gridDimZ = dims.grid[2];
+    cfg.blockDimX = dims.block[0];
+    cfg.blockDimY = dims.block[1];
+    cfg.blockDimZ = dims.block[2];
+    cfg.sharedMemBytes = dims.smem;
+    cfg.hStream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    check(driver().cuLaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
+}
+}  // namespace
+
 void launch(Function& fn, const LaunchDims& dims, CUstream stream, ArgPack& args) {
     fn.activate();
     fn.reserve_dynamic_smem(dims.smem);
     auto ptrs = args.pointers();
-    check(driver().cuLaunchKernel(fn.handle(), dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0],
-                                  dims.block[1], dims.block[2], dims.smem, stream, ptrs.data(), nullptr),
-          "cuLaunchKernel");
+    launch_dims(fn.handle(), dims, stream, ptrs.data());
 }
 
 PreparedLaunch::PreparedLaunch(std::shared_ptr<Function> fn, LaunchDims dims, ArgPack args)
@@ -272,10 +327,6 @@ PreparedLaunch::PreparedLaunch(std::shared_ptr<Function> fn, LaunchDims dims, Ar
     fn_->reserve_dynamic_smem(dims_.smem);
 }
 
-void PreparedLaunch::operator()(CUstream stream) {
-    check(driver().cuLaunchKernel(fn_->handle(), dims_.grid[0], dims_.grid[1], dims_.grid[2], dims_.block[0],
-                                  dims_.block[1], dims_.block[2], dims_.smem, stream, ptrs_.data(), nullptr),
-          "cuLaunchKernel");
-}
+void PreparedLaunch::operator()(CUstream stream) { launch_dims(fn_->handle(), dims_, stream, ptrs_.data()); }
 
 }  // namespace tunelab

@@ -53,6 +53,9 @@ public:
     // Resident blocks per SM for `threads` and `dynamic_smem` (reserving the shared memory first, as a launch
     // would: the driver answers 0 blocks otherwise).
     int driver_occupancy(int threads, size_t dynamic_smem);
+    // Clusters of `cluster` blocks (along y) that the whole GPU holds at once for `threads` and `dynamic_smem`
+    // (cuOccupancyMaxActiveClusters: clusters must fit in one GPC, so this can be below SMs x blocks / cluster).
+    int driver_max_active_clusters(int threads, size_t dynamic_smem, int cluster);
 
 private:
     std::shared_ptr<Module> module_;  // keeps the module loaded while the function is alive
@@ -93,6 +96,8 @@ struct LaunchDims {
     unsigned grid[3] = {1, 1, 1};
     unsigned block[3] = {1, 1, 1};
     unsigned smem = 0;
+    unsigned cluster[3] = {1, 1, 1};  // thread-block cluster (sm_90): more than one block -> cuLaunchKernelEx
+    bool clustered() const { return cluster[0] * cluster[1] * cluster[2] > 1; }
 };
 
 void launch(Function& fn, const LaunchDims& dims, CUstream stream, ArgPack& args);

@@ -36,8 +36,9 @@ int element_bytes(int dtype) {
 // ------------------------------------------------------------------------------------------------ top-k search
 
 const std::vector<std::string>& topk_param_names() {
-    static const std::vector<std::string> names = {"BLOCK_N", "BLOCK_Q", "BLOCK_K",  "WARPS_N",    "WARPS_Q", "STAGES",
-                                                   "VEC",     "MERGE",   "EPI_ROWS", "MIN_BLOCKS", "MMA"};
+    static const std::vector<std::string> names = {"BLOCK_N", "BLOCK_Q",  "BLOCK_K",    "WARPS_N", "WARPS_Q",
+                                                   "STAGES",  "VEC",      "MERGE",      "EPI_ROWS", "MIN_BLOCKS",
+                                                   "MMA",     "CLUSTER"};
     return names;
 }
 
@@ -55,6 +56,7 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
             {"MMA", {0, 1, 2, 3}},           // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
                                              // 3 = 2 with ping-pong warpgroups
+            {"CLUSTER", {1, 2, 4}},          // blocks per cluster sharing each query slice (TMA multicast; MMA 2, 3)
         };
         std::vector<long long> q;
         for (int b = 8; b <= 128; b += 8) q.push_back(b);  // queries per block (MMA N side, n8 steps)
@@ -64,14 +66,24 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
     return choices;
 }
 
+namespace {
+// checked() for the search: CLUSTER may be left out (configs written before clusters existed) and then means 1.
+std::map<std::string, int> topk_values(const Config& config) {
+    if (config.count("CLUSTER")) return checked("similarity", config, topk_param_names(), topk_param_choices());
+    Config with = config;
+    with["CLUSTER"] = 1;
+    return checked("similarity", with, topk_param_names(), topk_param_choices());
+}
+}  // namespace
+
 TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     const char* fam = "similarity";
-    auto v = checked(fam, config, topk_param_names(), topk_param_choices());
+    auto v = topk_values(config);
     if (dtype < 0 || dtype > 2)
         config_error(fam, "dtype code " + std::to_string(dtype) + " is not 0 (fp16), 1 (bf16) or 2 (fp32)");
     if (metric < 0 || metric > 2) config_error(fam, "metric code " + std::to_string(metric) + " is not 0 (ip), 1 (cosine), 2 (l2)");
     TopkConfig c{v["BLOCK_N"], v["BLOCK_Q"], v["BLOCK_K"],  v["WARPS_N"],    v["WARPS_Q"], v["STAGES"],
-                 v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"], v["MMA"]};
+                 v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"], v["MMA"],     v["CLUSTER"]};
     const int row_bytes = c.block_k * element_bytes(dtype);
     if (row_bytes != 64 && row_bytes != 128 && row_bytes != 256)
         config_error(fam, "BLOCK_K=" + std::to_string(c.block_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
@@ -122,6 +134,10 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
             config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4): each warpgroup keeps "
                               "its own lists; got MERGE=" + std::to_string(c.merge) + " (use MMA=2 for MERGE 0..2)");
     }
+    if (!tunelab::sim::topk_cluster_ok(c.cluster, c.mma))
+        config_error(fam, "CLUSTER=" + std::to_string(c.cluster) + " (blocks sharing query slices by TMA multicast) "
+                          "needs the TMA producer, MMA 2 or 3; got MMA=" + std::to_string(c.mma) +
+                          ": use CLUSTER=1");
     return c;
 }
 
@@ -137,10 +153,11 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const TopkConfig c = topk_validate(config, dtype, metric);
     // Mirrors TopkTraits: pipeline ring, score tile, per-warp scratch lists (not with thread lists), row norms
     // (cosine, l2), per-query {len, sel, thr_key, thr_idx} (thread lists: each part's k-th key), the pre-check's
-    // hit flags [WARPS_N][BLOCK_Q]. Ping-pong (MMA=3) has a score tile and row norms per warpgroup.
+    // hit flags [WARPS_N][BLOCK_Q]. Ping-pong (MMA=3) has a score tile and row norms per warpgroup; a cluster's
+    // stages hold topk_query_rows() query rows.
     const bool thread_lists = c.merge >= 3;
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
-    const long long stage = (c.block_n + c.block_q) * row_bytes;
+    const long long stage = (c.block_n + tunelab::sim::topk_query_rows(c.block_q, c.cluster)) * row_bytes;
     const long long epi = c.epi_rows();
     const long long groups = tunelab::sim::topk_tile_groups(c.mma);
     const long long score = groups * c.block_q * (epi + 4) * 4;
@@ -161,7 +178,7 @@ long long topk_smem_bytes(const Config& config, int dtype, int metric, int k) {
 }
 
 int topk_threads(const Config& config) {
-    auto v = checked("similarity", config, topk_param_names(), topk_param_choices());
+    auto v = topk_values(config);
     return tunelab::sim::topk_launch_threads(v["WARPS_N"] * v["WARPS_Q"], v["MMA"]);
 }
 
@@ -170,12 +187,13 @@ std::string topk_name_expression(const Config& config, int dtype, int metric) {
     std::ostringstream s;
     s << "tunelab::sim::similarity_topk<tunelab::sim::TopkTraits<" << dtype << ", " << metric << ", " << c.block_n
       << ", " << c.block_q << ", " << c.block_k << ", " << c.warps_n << ", " << c.warps_q << ", " << c.stages << ", "
-      << c.vec << ", " << c.merge << ", " << c.epi_rows_param << ", " << c.min_blocks << ", " << c.mma << ">>";
+      << c.vec << ", " << c.merge << ", " << c.epi_rows_param << ", " << c.min_blocks << ", " << c.mma << ", "
+      << c.cluster << ">>";
     return s.str();
 }
 
 TopkPlan topk_plan(const Config& config, long long nq, long long n, long long target_blocks, long long max_splits) {
-    auto v = checked("similarity", config, topk_param_names(), topk_param_choices());
+    auto v = topk_values(config);
     if (nq < 1) throw InputError("nq=" + std::to_string(nq) + " queries; at least one is needed");
     if (n < 1) throw InputError("n=" + std::to_string(n) + " corpus rows; at least one is needed");
     if (n > INT_MAX) throw InputError("a corpus chunk of " + std::to_string(n) + " rows exceeds 2^31 - 1 rows");
@@ -191,14 +209,17 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
     // product, the fewest splits on ties (each split costs a candidate list and a cold first tile). Rounding
     // q_tiles * splits up past one wave would leave a second wave almost empty: 8 query tiles x 17 splits on
     // 132 SMs ran 136 blocks in twice the time of 128.
-    long long cap = std::min(tiles, 65535LL);  // grid dimension y
+    // With clusters (CLUSTER blocks along the splits) the split count is a multiple of CLUSTER: the last cluster's
+    // blocks past the corpus walk empty tiles (SearchParams).
+    const long long cl = v["CLUSTER"];
+    long long cap = std::min(tiles, 65535LL - 65535LL % cl);  // grid dimension y
     if (max_splits > 0) cap = std::min(cap, max_splits);
-    cap = std::max(1LL, cap);
-    long long splits = 1;
+    cap = std::max(cl, cap / cl * cl);
+    long long splits = cl;
     if (target_blocks > 0) {
         long long best = -1;
-        const long long hi = std::min(cap, std::max(1LL, (4 * target_blocks) / q_tiles));
-        for (long long s = 1; s <= hi; ++s) {
+        const long long hi = std::min(cap, std::max(cl, (4 * target_blocks) / q_tiles));
+        for (long long s = cl; s <= hi; s += cl) {
             const long long waves = (q_tiles * s + target_blocks - 1) / target_blocks;
             const long long cost = waves * ((tiles + s - 1) / s);
             if (best < 0 || cost < best) {
@@ -209,7 +230,8 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
     }
     const long long per = (tiles + splits - 1) / splits;
     p.tiles_per_split = static_cast<int>(per);
-    p.splits = static_cast<int>((tiles + per - 1) / per);  // no empty split
+    p.splits = static_cast<int>((tiles + per - 1) / per);  // no empty split (clusters: none but the last's)
+    p.splits = static_cast<int>((p.splits + cl - 1) / cl * cl);
     return p;
 }
 
@@ -255,7 +277,9 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                              " (TMA copies) needs 16-byte aligned query and corpus pointers and row strides (for "
                              "contiguous 16-bit rows: d a multiple of 8); these inputs allow " +
                              std::to_string(tma_vec) + "-byte copies: use MMA=1 (STAGES >= 3) or MMA=0");
-        const auto tq = encode_tma_2d_16bit("the queries", queries, dtype == 1, nq, d, q_stride * eb, c.block_q,
+        // clusters: each block's part of the (padded) query tile, whole 8-row atoms
+        const int q_box = tunelab::sim::topk_query_rows(c.block_q, c.cluster) / c.cluster;
+        const auto tq = encode_tma_2d_16bit("the queries", queries, dtype == 1, nq, d, q_stride * eb, q_box,
                                             c.block_k);
         const auto tc = encode_tma_2d_16bit("the corpus", corpus, dtype == 1, n, d, c_stride * eb, c.block_n,
                                             c.block_k);
@@ -276,6 +300,11 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     p.num_tiles = num_tiles;
     p.tiles_per_split = tiles_per_split;
     p.list_offset = list_offset;
+    // clusters walk tiles_per_split tiles per block, past num_tiles in the last cluster: their rows must fit int32
+    if (c.cluster > 1 &&
+        (static_cast<long long>(num_tiles) + static_cast<long long>(c.cluster) * tiles_per_split) * c.block_n > INT_MAX)
+        throw InputError("n=" + std::to_string(n) + " with CLUSTER=" + std::to_string(c.cluster) +
+                         " walks corpus rows past 2^31 - 1; use CLUSTER=1 or split the corpus");
     return param_bytes(p);
 }
 

@@ -28,6 +28,16 @@ __device__ __forceinline__ void arrive_expect_tx(unsigned bar, unsigned bytes) {
 __device__ __forceinline__ void arrive(unsigned bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// One arrival on the mbarrier at shared-memory offset `bar` of the cluster's block of rank `cta` (itself
+// included), ordered after this thread's earlier shared-memory accesses at cluster scope.
+__device__ __forceinline__ void arrive_cluster(unsigned bar, unsigned cta) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n"
+      " mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
 // Returns once the phase with parity `parity` has completed (the try_wait suspends for a system-dependent time
 // before failing, so the loop does not spin hot).
 __device__ __forceinline__ void wait(unsigned bar, unsigned parity) {

@@ -46,5 +46,16 @@ __device__ __forceinline__ void load_2d(unsigned dst, const Desc* desc, unsigned
       : "memory");
 }
 
+// load_2d to the same shared-memory offset of every block of the cluster in cta_mask (bit r: the block of rank r),
+// completing each one's mbarrier at offset `bar` (thread-block clusters, sm_90a): one L2 read feeds them all.
+__device__ __forceinline__ void load_2d_multicast(unsigned dst, const Desc* desc, unsigned bar, int x, int y,
+                                                  unsigned short cta_mask, unsigned long long policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(desc)), "r"(x), "r"(y), "r"(bar), "h"(cta_mask), "l"(policy)
+      : "memory");
+}
+
 }  // namespace tma
 }  // namespace tunelab

@@ -16,12 +16,14 @@ enum : int { kF16 = 0, kBF16 = 1, kF32 = 2, kC64 = 3 };
 enum : int { kIP = 0, kCosine = 1, kL2 = 2 };
 
 // Top-k search over one corpus (or one chunk of it). Grid: (query tiles, splits). Split s scans corpus tiles
-// [s * tiles_per_split, min((s + 1) * tiles_per_split, num_tiles)) and writes its per-query candidate list
+// [s * tiles_per_split, min((s + 1) * tiles_per_split, num_tiles)) (with CLUSTER > 1 every block walks
+// tiles_per_split tiles, those past num_tiles empty, so that the blocks of a cluster fill their shared ring in
+// step; splits is then a multiple of CLUSTER) and writes its per-query candidate list
 // (k entries, best first; missing entries key = -inf, idx = -1) to list (list_offset + s) of cand_key/cand_idx,
 // laid out [list][nq][k].
 // MMA 2 and 3 (TMA producer) read the queries and the corpus through tensor maps the launcher encodes (zeros
-// elsewhere): 2-D, 16-bit elements, boxes of 64 columns x BLOCK_Q / BLOCK_N rows, 128-byte swizzle (CUtensorMap's
-// bytes).
+// elsewhere): 2-D, 16-bit elements, boxes of 64 columns x BLOCK_N corpus rows / topk_query_rows() / CLUSTER query
+// rows, 128-byte swizzle (CUtensorMap's bytes).
 struct alignas(64) SearchParams {
   unsigned long long tma_queries[16];
   unsigned long long tma_corpus[16];
@@ -113,6 +115,17 @@ TUNELAB_SIM_HD constexpr int topk_launch_threads(int warps, int mma) {
 // (MMA 2, 3) and ping-pong's order[2] (MMA=3).
 TUNELAB_SIM_HD constexpr int topk_mbarrier_bytes(int mma, int stages) {
   return topk_uses_tma(mma) ? 16 * stages + (mma == 3 ? 16 : 0) : 0;
+}
+// Thread-block clusters (CLUSTER, MMA 2 and 3 only): the CLUSTER blocks of a cluster take consecutive splits of the
+// same query tile, and each TMA-multicasts 1 / CLUSTER of every query slice to all of them, so L2 serves each
+// query byte once per cluster instead of once per block. A part is whole 8-row swizzle atoms (1024 bytes): the
+// query tile's rows in shared memory are BLOCK_Q rounded up to 8 * CLUSTER (the rows past BLOCK_Q are loaded and
+// never read).
+TUNELAB_SIM_HD constexpr bool topk_cluster_ok(int cluster, int mma) {
+  return cluster == 1 || ((cluster == 2 || cluster == 4) && topk_uses_tma(mma));
+}
+TUNELAB_SIM_HD constexpr int topk_query_rows(int block_q, int cluster) {
+  return cluster == 1 ? block_q : (block_q + 8 * cluster - 1) / (8 * cluster) * (8 * cluster);
 }
 // Thread-list parts per query column in a whole block (MERGE 3, 4): those of each tile group (its threads /
 // BLOCK_Q, thread_list_parts()) times the groups. `threads` counts the MMA threads of the block.

@@ -40,6 +40,7 @@
 // candidate list.
 #pragma once
 
+#include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/setmaxnreg.cuh"
 #include "common/tma.cuh"
@@ -270,9 +271,21 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 //     4 warps of the warpgroup that read it. The column bars take the maximum over every part of both warpgroups
 //     (a part's k-th key bounds the column wherever it was found; a bar read while the other warpgroup raises it
 //     is an older, lower, still valid bar). At the end the parts of both meet as in write_thread_lists().
+//
+// CLUSTER_ (MMA 2, 3): blocks per thread-block cluster along the splits (params.cuh topk_cluster_ok()). The blocks
+// of a cluster share a query tile and each producer TMA-multicasts its 1 / CLUSTER of every query slice to all of
+// them (its corpus slices stay its own), so L2 serves a query byte once per cluster: the MMA=3 loop at nq = 100
+// was bound by L2 throughput (80-84% against 62-65% of DRAM), a third of it the query tile re-read for every
+// corpus tile. A stage of every block is then written by every producer of the cluster, so it is released to all
+// of them: empty[s] counts the MMA warps of the whole cluster (each arrives on every block's empty[s]), full[s]
+// the block's own producer, whose expected bytes are the stage's (corpus slice and every query part). The
+// blocks of a cluster walk the same number of tiles (tiles_per_split; those past num_tiles load no corpus and
+// score only masked rows) so that their rings advance together; the producer waits for the last releases
+// before its block may exit (no remote arrival can reach a block that has left), and a cluster barrier after the
+// mbarrier initialization precedes every remote access.
 //     Thread lists only (MERGE 3, 4): shared lists would need one per warpgroup and query.
 template <int DTYPE_, int METRIC_, int BLOCK_N_, int BLOCK_Q_, int BLOCK_K_, int WARPS_N_, int WARPS_Q_, int STAGES_,
-          int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1, int MMA_ = 0>
+          int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1, int MMA_ = 0, int CLUSTER_ = 1>
 struct TopkTraits {
   static constexpr int kDtype = DTYPE_;
   static constexpr int kMetric = METRIC_;
@@ -289,6 +302,10 @@ struct TopkTraits {
   static constexpr bool kWgmma = MMA_ >= 1;
   static constexpr bool kTmaProducer = topk_uses_tma(MMA_);
   static constexpr bool kPingPong = MMA_ == 3;
+  static constexpr int kCluster = CLUSTER_;
+  // query rows of a stage (BLOCK_Q, rounded up to whole 8-row atoms per cluster block) and of one block's part
+  static constexpr int kQueryRows = topk_query_rows(BLOCK_Q_, CLUSTER_);
+  static constexpr int kQueryPartRows = kQueryRows / CLUSTER_;
   static constexpr int kWarps = kWarpsN * kWarpsQ;  // the MMA (and top-k) warps
   static constexpr int kWarpgroups = kWarps / 4;  // wgmma path (kWarps is 4 or 8 there)
   static constexpr int kThreads = 32 * kWarps;
@@ -331,7 +348,7 @@ struct TopkTraits {
   static constexpr int kListParts = topk_list_parts(kThreads, kBlockQ, kMma);
 
   static constexpr int kATileBytes = kBlockN * kRowBytes;
-  static constexpr int kBTileBytes = kBlockQ * kRowBytes;
+  static constexpr int kBTileBytes = kQueryRows * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kScoreOffset = kStages * kStageBytes;
   static constexpr int kScoreBytes = kBlockQ * kScorePitch * 4;  // per tile group
@@ -383,6 +400,7 @@ struct TopkTraits {
   static_assert(!kTmaProducer || kMinBlocks == 1, "MMA 2, 3: MIN_BLOCKS = 1 (the register reconfiguration's sizes)");
   static_assert(!kPingPong || (kWarps == 8 && kThreadLists), "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3 or 4");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
+  static_assert(topk_cluster_ok(kCluster, kMma), "CLUSTER 1, or 2 or 4 with MMA 2, 3 (TMA multicast)");
 };
 
 template <class Tr>
@@ -396,6 +414,7 @@ struct TopkBlock {
   int tid, lane, warp, warp_n, warp_q, q0, KT;
   int grp;  // tile group (ping-pong: the warpgroup; else 0) and this thread's index in it
   int gtid;
+  unsigned crank;  // rank of this block in its cluster (0 without clusters)
   int row_base;  // tile row of this warp's first accumulator row block
   float* scores;
   float* norms;
@@ -424,6 +443,8 @@ struct TopkBlock {
     KT = (p.d + BK - 1) / BK;
     grp = Tr::kPingPong ? warp / 4 : 0;
     gtid = tid - grp * Tr::kGroupThreads;
+    if constexpr (Tr::kCluster > 1) crank = cluster::ctarank();
+    else crank = 0;
     if constexpr (Tr::kWgmma) row_base = (Tr::kPingPong ? 0 : (warp / 4) * MT * 64) + (warp % 4) * 16;
     else row_base = warp_n * Tr::kWarpN;
     scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset + grp * Tr::kScoreBytes);
@@ -486,6 +507,18 @@ struct TopkBlock {
   // MMA=3: group g's turn on the tensor cores (the other group's warps arrive when they leave a tile's main loop)
   __device__ __forceinline__ unsigned order_bar(int g) const {
     return smem_u32(smem) + static_cast<unsigned>(Tr::kBarOffset + 8 * (2 * Tr::kStages + g));
+  }
+
+  // MMA 2, 3: this warp is done with stage s (lane 0 arrives; with clusters on every block's empty[s], since every
+  // producer of the cluster writes its query part into this block's stage).
+  __device__ __forceinline__ void release(int s) const {
+    if (lane != 0) return;
+    if constexpr (Tr::kCluster == 1) {
+      mbar::arrive(empty_bar(s));
+    } else {
+#pragma unroll
+      for (int r = 0; r < Tr::kCluster; ++r) mbar::arrive_cluster(empty_bar(s), static_cast<unsigned>(r));
+    }
   }
 
   __device__ __forceinline__ QueryList list_of(int c) const {
@@ -758,7 +791,8 @@ struct TopkBlock {
 
   // MMA 2, 3: the producer warpgroup's first lane walks the split's slices (tiles, then slices of d) and TMA-copies
   // the corpus and query boxes of each into its stage once the MMA warps have released it. Boxes past n, nq or d
-  // are zeros.
+  // are zeros. With clusters its query box is its part of the slice, multicast to every block of the cluster, and
+  // tiles past num_tiles get no corpus copy (their rows are masked; the stage's old bytes are never a key).
   __device__ __forceinline__ void produce(int tile_begin, int total) {
     if (lane != 0) return;
     const tma::Desc* dc = reinterpret_cast<const tma::Desc*>(p.tma_corpus);
@@ -770,14 +804,28 @@ struct TopkBlock {
     for (int it = 0; it < total; ++it) {
       const int s = it % Tr::kStages;
       if (it >= Tr::kStages) mbar::wait(empty_bar(s), ((it / Tr::kStages) - 1) & 1);
-      mbar::arrive_expect_tx(full_bar(s), Tr::kStageBytes);
       const unsigned a = stage_addr(s);
-      tma::load_2d(a, dc, full_bar(s), kc * BK, tile * BN, read_once);
-      tma::load_2d(a + Tr::kATileBytes, dq, full_bar(s), kc * BK, q0, reread);
+      if constexpr (Tr::kCluster == 1) {
+        mbar::arrive_expect_tx(full_bar(s), Tr::kStageBytes);
+        tma::load_2d(a, dc, full_bar(s), kc * BK, tile * BN, read_once);
+        tma::load_2d(a + Tr::kATileBytes, dq, full_bar(s), kc * BK, q0, reread);
+      } else {
+        const bool corpus = tile < p.num_tiles;
+        mbar::arrive_expect_tx(full_bar(s), corpus ? Tr::kStageBytes : Tr::kBTileBytes);
+        if (corpus) tma::load_2d(a, dc, full_bar(s), kc * BK, tile * BN, read_once);
+        const int part = static_cast<int>(crank) * Tr::kQueryPartRows;
+        tma::load_2d_multicast(a + Tr::kATileBytes + static_cast<unsigned>(part * Tr::kRowBytes), dq, full_bar(s),
+                               kc * BK, q0 + part, static_cast<unsigned short>((1u << Tr::kCluster) - 1), reread);
+      }
       if (++kc == KT) {
         kc = 0;
         ++tile;
       }
+    }
+    if constexpr (Tr::kCluster > 1) {
+      // the last release of every stage, by every MMA warp of the cluster: after it no arrival targets this block
+      for (int it = total > Tr::kStages ? total - Tr::kStages : 0; it < total; ++it)
+        mbar::wait(empty_bar(it % Tr::kStages), (it / Tr::kStages) & 1);
     }
   }
 
@@ -826,7 +874,7 @@ struct TopkBlock {
     const int split = static_cast<int>(blockIdx.y);
     const int tile_begin = split * p.tiles_per_split;
     int tile_end = tile_begin + p.tiles_per_split;
-    if (tile_end > p.num_tiles) tile_end = p.num_tiles;
+    if (Tr::kCluster == 1 && tile_end > p.num_tiles) tile_end = p.num_tiles;  // clusters: see produce()
     const int ntiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
     const int total = ntiles * KT;
 
@@ -834,14 +882,18 @@ struct TopkBlock {
       if (tid == 0) {
         for (int s = 0; s < Tr::kStages; ++s) {
           mbar::init(full_bar(s), 1);            // the producer's arrive_expect_tx (+ the copies' bytes)
-          mbar::init(empty_bar(s), Tr::kGroupWarps);  // one arrival per MMA warp of the group that reads it
+          // one arrival per MMA warp of the group that reads it, in every block of the cluster
+          mbar::init(empty_bar(s), Tr::kGroupWarps * Tr::kCluster);
         }
         if constexpr (Tr::kPingPong) {
           for (int g = 0; g < 2; ++g) mbar::init(order_bar(g), Tr::kGroupWarps);  // the other group's warps
         }
         mbar::fence_init();
       }
-      __syncthreads();  // the last barrier of the whole block: the producer warpgroup leaves here
+      // the last barrier of the whole block: the producer warpgroup leaves here (clusters: of the whole cluster, which
+      // also publishes the barriers' initialization to the other blocks before their first arrival or copy)
+      if constexpr (Tr::kCluster > 1) cluster::sync();
+      else __syncthreads();
       if (warp >= Tr::kWarps) {
         if constexpr (Tr::kMoveRegisters) wg::regs_dec<Tr::kProducerRegs>();
         if (warp == Tr::kWarps) produce(tile_begin, total);
@@ -915,14 +967,14 @@ struct TopkBlock {
           wgmma_slice(mma, stage_addr(s), la);
           wg::wait<1>();
           wg::fence_operands(mma.acc);
-          if (kc > 0 && lane == 0) mbar::arrive(empty_bar((it - 1) % Tr::kStages));
+          if (kc > 0) release((it - 1) % Tr::kStages);
         }
         if constexpr (Tr::kPingPong) {
           if (lane == 0) mbar::arrive(order_bar(1 - grp));  // this warp has passed every full[] wait of the tile
         }
         wg::wait<0>();
         wg::fence_operands(mma.acc);
-        if (lane == 0) mbar::arrive(empty_bar((it - 1) % Tr::kStages));
+        release((it - 1) % Tr::kStages);
         epilogue(mma, tile);
         mma.zero();
       }

@@ -74,9 +74,9 @@ _SEARCH_SOURCE = '#include "similarity/topk.cuh"\n'
 _GRAM_SOURCE = '#include "similarity/gram.cuh"\n'
 
 
-def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma=0) -> dict[str, int]:
+def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma=0, cluster=1) -> dict[str, int]:
     return dict(BLOCK_N=bn, BLOCK_Q=bq, BLOCK_K=bk, WARPS_N=wn, WARPS_Q=wq, STAGES=stages, VEC=vec, MERGE=merge,
-                EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma)
+                EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma, CLUSTER=cluster)
 
 
 #: Archs whose tensor cores take warpgroup MMAs (``MMA`` 1, 2 and 3); kernels for them are compiled for the
@@ -97,10 +97,13 @@ def uses_tma(config: Mapping[str, Any]) -> bool:
 
 def _with_mma(config: Mapping[str, Any], mma: int) -> dict:
     """``config`` moved to main loop ``mma``: MMA=3's 192-row tile (3 m64 blocks per warpgroup) becomes 128 rows,
-    which the other main loops split among their warps."""
+    which the other main loops split among their warps; without the TMA producer (``MMA`` 0, 1) there are no
+    clusters (CLUSTER=1)."""
     cfg = dict(config, MMA=mma)
     if mma != 3 and cfg["BLOCK_N"] == 192:
         cfg["BLOCK_N"] = 128
+    if not _S.topk_uses_tma(mma):
+        cfg["CLUSTER"] = 1
     return cfg
 
 
@@ -287,9 +290,10 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
 def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
     """``config`` as plain ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or bad values.
 
-    ``MMA`` may be left out (configs written before the wgmma main loop existed): it then means 0, mma.sync."""
-    if isinstance(config, Mapping) and "MMA" not in config:
-        config = {**config, "MMA": 0}
+    ``MMA`` and ``CLUSTER`` may be left out (configs written before the wgmma main loop and clusters existed): they
+    then mean 0 (mma.sync) and 1 (no cluster)."""
+    if isinstance(config, Mapping) and ("MMA" not in config or "CLUSTER" not in config):
+        config = {"MMA": 0, "CLUSTER": 1, **config}
     return _config.canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
 
 
@@ -405,14 +409,34 @@ class CompiledSearch:
             self._occupancy[key] = max(1, int(fn.driver_occupancy(self.threads, self.smem_bytes(k))))
         return self._occupancy[key]
 
+    @property
+    def cluster(self) -> int:
+        """Blocks per thread-block cluster (the config's CLUSTER; 1 without clusters)."""
+        return int(self.config.get("CLUSTER", 1))
+
+    def resident_blocks(self, device: int, k: int) -> int:
+        """Search blocks the whole GPU holds at once for ``k``: SMs x blocks per SM, or with clusters the driver's
+        count of resident clusters x CLUSTER (a cluster must fit in one GPC, which can leave SMs idle)."""
+        if self.cluster == 1:
+            return _sm_count(device) * self.blocks_per_sm(device, k)
+        key = (device, k, "clusters")
+        if key not in self._occupancy:
+            fn = self.functions(device)[0]
+            clusters = int(fn.driver_max_active_clusters(self.threads, self.smem_bytes(k), self.cluster))
+            if clusters < 1:
+                raise ConfigError(f"similarity config CLUSTER={self.cluster}: no cluster of {self.cluster} blocks "
+                                  f"with {self.smem_bytes(k)} bytes of shared memory each fits this GPU; use "
+                                  f"CLUSTER=1")
+            self._occupancy[key] = clusters * self.cluster
+        return self._occupancy[key]
+
     def plan(self, device: int, nq: int, n: int, k: int, splits: int | None = None) -> dict:
         """Grid of one search launch: query tiles x splits (one resident wave unless ``splits`` is given)."""
         if splits is not None:  # forced (ablations, tests): exactly `splits` splits, as far as there are tiles
             q_tiles = -(-nq // self.config["BLOCK_Q"])
             return dict(_S.topk_plan(self.config, nq, n, int(splits) * q_tiles, int(splits)))
-        cap = max(1, WORKSPACE_CAP_BYTES // max(1, nq * k * 8))
-        target = _sm_count(device) * self.blocks_per_sm(device, k)
-        return dict(_S.topk_plan(self.config, nq, n, target, cap))
+        cap = max(self.cluster, WORKSPACE_CAP_BYTES // max(1, nq * k * 8))
+        return dict(_S.topk_plan(self.config, nq, n, self.resident_blocks(device, k), cap))
 
     def search_args(self, queries, corpus_ptr: int, c_stride: int, n: int, k: int, cand_key, cand_idx,
                     index_base: int, list_offset: int, plan: dict):
@@ -449,7 +473,7 @@ class CompiledSearch:
         """Launch the search kernel on ``device`` and ``stream`` (raising its dynamic shared-memory limit if
         needed); the other arguments are :meth:`search_args`'s."""
         grid, block, smem, pack = self.search_args(*args, **kwargs)
-        self.functions(device)[0].launch(grid, block, smem, stream, pack)
+        self.functions(device)[0].launch(grid, block, smem, stream, pack, cluster=(1, self.cluster, 1))
 
     def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
         """Launch the merge kernel of the kind :meth:`merge_args` picks for k on ``device`` and ``stream``; the
@@ -464,7 +488,7 @@ class CompiledSearch:
         n = corpus.shape[0]
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
-        p1 = self.functions(device)[0].prepare(grid, block, smem, pack)
+        p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=(1, self.cluster, 1))
         grid, block, smem, pack, kind = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
                                                         out_score=scores, out_index=indices, kind=merge_kind)
         p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack)

@@ -32,6 +32,10 @@ name         choices              what it does
                                   ring of 2 with ping-pong warpgroups: each of two (WARPS_N = 8) owns every other
                                   tile, all its rows, so one's top-k epilogue runs while the other multiplies
                                   (thread lists, MERGE 3 or 4)
+``CLUSTER``  1, 2, 4              MMA 2, 3: blocks of a thread-block cluster (consecutive splits of one query tile);
+                                  each producer TMA-multicasts 1 / CLUSTER of every query slice to all of them, so
+                                  L2 serves each query byte once per cluster (a stage holds BLOCK_Q rounded up to 8
+                                  rows per block)
 ===========  ===================  ====================================================================================
 
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
@@ -79,6 +83,7 @@ _DESCRIPTIONS = {
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
            "ping-pong warpgroups (sm_90)",
+    "CLUSTER": "blocks per thread-block cluster sharing each query slice by TMA multicast (MMA 2, 3)",
 }
 
 
@@ -188,6 +193,7 @@ def build_space(problem: Any) -> SearchSpace:
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
         Param("MMA", [0, 1, 2, 3], ordered=False, description=_DESCRIPTIONS["MMA"]),
+        Param("CLUSTER", [1, 2, 4], description=_DESCRIPTIONS["CLUSTER"]),
     ]
     eb = p.element_bytes
     metric = p.metric
@@ -222,6 +228,9 @@ def build_space(problem: Any) -> SearchSpace:
                    "MMA 1..3 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
                    "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 or 4)",
                    code="static.divisibility"),
+        Constraint("cluster_needs_tma", lambda c: c["CLUSTER"] == 1 or c["MMA"] >= 2,
+                   "CLUSTER 2 and 4 multicast the TMA producer's query slices: MMA 2 or 3 only",
+                   code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
     ]
@@ -238,6 +247,8 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     groups = 2 if mma == 3 else 1  # ping-pong: a score tile, row norms and list parts per warpgroup
     norms = groups * c["BLOCK_N"] * 4 if metric != "ip" else 0
     bq = c["BLOCK_Q"]
+    cluster = c.get("CLUSTER", 1)  # a cluster's stages hold BLOCK_Q rounded up to 8 rows per block
+    q_rows = bq if cluster == 1 else -(-bq // (8 * cluster)) * (8 * cluster)
     if c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
         parts = groups * thread_list_parts(32 * warps // groups, bq)
         scratch, bars, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
@@ -245,7 +256,7 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
         scratch, bars, lists = warps * epi * 8, bq * 16, 2 * bq * k * 8
     # MMA 2, 3: full[] and empty[] of the TMA ring; MMA=3: and order[2]
     mbarriers = 16 * c["STAGES"] + (16 if mma == 3 else 0) if mma >= 2 else 0
-    static = c["STAGES"] * (c["BLOCK_N"] + bq) * row + groups * bq * (epi + 4) * 4 + scratch + norms + bars + \
+    static = c["STAGES"] * (c["BLOCK_N"] + q_rows) * row + groups * bq * (epi + 4) * 4 + scratch + norms + bars + \
         c["WARPS_N"] * bq * 4 + mbarriers  # + the pre-check's hit flags
     return static + lists
 

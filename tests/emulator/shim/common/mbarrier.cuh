@@ -12,6 +12,7 @@ inline void init(unsigned, unsigned) { emu::fail("mbarrier.init is not emulated 
 inline void fence_init() { emu::fail("fence.mbarrier_init is not emulated"); }
 inline void arrive_expect_tx(unsigned, unsigned) { emu::fail("mbarrier.arrive.expect_tx is not emulated"); }
 inline void arrive(unsigned) { emu::fail("mbarrier.arrive is not emulated"); }
+inline void arrive_cluster(unsigned, unsigned) { emu::fail("remote mbarrier.arrive is not emulated"); }
 inline void wait(unsigned, unsigned) { emu::fail("mbarrier.try_wait is not emulated"); }
 inline void named_sync(int, int) { emu::fail("bar.sync with a thread count is not emulated"); }
 inline bool named_sync_or(int, int, bool) { emu::fail("bar.red.or is not emulated"); }
