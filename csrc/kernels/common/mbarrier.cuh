@@ -28,13 +28,15 @@ __device__ __forceinline__ void arrive_expect_tx(unsigned bar, unsigned bytes) {
 __device__ __forceinline__ void arrive(unsigned bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// One arrival on the mbarrier at shared-memory offset `bar` of the cluster's block of rank `cta` (itself
-// included), ordered after this thread's earlier shared-memory accesses at cluster scope.
+// One arrival on the mbarrier at shared-memory offset `bar` of the cluster's block of rank `cta` (mapa gives its
+// address in the cluster window). The default .release.cta semantics, as CUTLASS's ClusterBarrier::arrive: the
+// arrival hands a stage back to a TMA producer, after the arriving warp's wgmma reads of it have completed, and
+// needs no cluster-scope fence.
 __device__ __forceinline__ void arrive_cluster(unsigned bar, unsigned cta) {
   asm volatile(
       "{\n .reg .b32 remote;\n"
       " mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(cta)
       : "memory");
 }

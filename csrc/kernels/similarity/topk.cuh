@@ -513,12 +513,10 @@ struct TopkBlock {
   // producer of the cluster writes its query part into this block's stage).
   __device__ __forceinline__ void release(int s) const {
     if (lane != 0) return;
-    if constexpr (Tr::kCluster == 1) {
-      mbar::arrive(empty_bar(s));
-    } else {
+    mbar::arrive(empty_bar(s));
 #pragma unroll
-      for (int r = 0; r < Tr::kCluster; ++r) mbar::arrive_cluster(empty_bar(s), static_cast<unsigned>(r));
-    }
+    for (int r = 1; r < Tr::kCluster; ++r)
+      mbar::arrive_cluster(empty_bar(s), (crank + static_cast<unsigned>(r)) % Tr::kCluster);
   }
 
   __device__ __forceinline__ QueryList list_of(int c) const {
