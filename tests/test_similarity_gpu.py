@@ -35,6 +35,12 @@ def _precompile():
             jobs.append(("search", sim.default_config(NQ, 10, dt, D), dt, m))
     for cfg in _EXPLICIT:
         jobs.append(("search", sim.fit_config(cfg, 10, "float16"), "float16", "l2"))
+    if torch.cuda.get_device_capability() == (9, 0):  # the wgmma tests' configs, their comparators, clusters' C=1
+        for dt in ("float16", "bfloat16"):
+            for m in METRICS:
+                jobs.append(("search", dict(sim.default_config(NQ, 10, dt, D_WG), MMA=0, BLOCK_N=128), dt, m))
+                jobs += [("search", sim.fit_config(cfg, 10, dt, sim.smem_limit("sm_90"), m), dt, m) for cfg in _WGMMA]
+        jobs += [("search", dict(cfg, CLUSTER=1), "float16", "l2") for cfg in _WG_CLUSTER]
     for dt in ("float16", "float32", "complex64"):
         for sym, mirror in ((False, False), (True, False), (True, True)):
             jobs.append(("gram", sim.default_gram_config(dt), dt, (sym, mirror)))
