@@ -1,7 +1,7 @@
 """Similarity family on the GPU: search results against torch.topk on fp32/fp64 references for every metric and
 dtype (corpus sizes that no tile divides), the exact tie rule, k from 1 to 256+, config independence, the streamed
 (out-of-core) path against the in-memory one, Gram against torch for real and complex states, the custom ops
-(opcheck, CUDA graphs), memory release, and the tuner family's own gates. Budget: well under 2 minutes on an H200
+(opcheck, CUDA graphs), memory release, and the tuner family's own gates. Budget: about 2 minutes on an H200
 (the kernels are compiled in parallel up front)."""
 from __future__ import annotations
 

@@ -151,6 +151,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       (benchmarks/similarity_probe.py --variants pingpong, results/similarity_probe_pingpong.json) against the
       MMA=2 defaults: at nq = 100 (112 queries per block), 128-row tiles 8% faster at 10M and 10% at 1M, 192-row
       tiles (104 queries, which spill a few words: not a default) 13% and 12%, 5% at 50K; at 10M / 1024 10%.
+    * CLUSTER=1 everywhere: thread-block clusters that share the query slices by TMA multicast (CLUSTER 2, 4)
+      measured no faster on the H200 (benchmarks/similarity_probe.py --variants cluster,
+      results/similarity_probe_cluster.json: 5.72 against 5.81 ms at 10M / 100, 46.7 against 46.3 ms at
+      10M / 1024, slower at 1M and 50K with 4 blocks); they are left to the tuner.
 
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
       per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);
