@@ -18,14 +18,15 @@ The difference search - mainloop is what the per-tile top-k epilogue costs. Resu
 benchmarks/results/similarity_probe.json with the environment fingerprint; a table is printed last.
 
   python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
-      [--variants sync|wgmma|tma|pingpong|cluster|merge|all]
+      [--variants sync|wgmma|tma|pingpong|cluster|prefetch|merge|all]
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
   python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
       --from-study benchmarks/results/tune_similarity_1x10000000x768x10_fp32.json   # a study's configs elsewhere
 
 ``--variants tma`` probes the TMA-fed wgmma main loop (MMA=2) into similarity_probe_tma.json, ``--variants
 pingpong`` its ping-pong form (MMA=3) into similarity_probe_pingpong.json, ``--variants cluster`` thread-block
-clusters sharing the query slices (CLUSTER 2, 4) into similarity_probe_cluster.json. Every row also records the fraction of
+clusters sharing the query slices (CLUSTER 2, 4) into similarity_probe_cluster.json, ``--variants prefetch`` the
+L2 prefetch of later corpus tiles (PREFETCH 1, 2) into similarity_probe_prefetch.json. Every row also records the fraction of
 its indices equal to the first variant's (1.0 expected: the same products).
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
@@ -145,6 +146,17 @@ def cluster_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     return v
 
 
+def prefetch_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """L2 prefetch (PREFETCH: when a block starts a corpus tile, its producer asks L2 for every slice of the tile 1
+    or 2 ahead at once, so DRAM serves whole rows instead of one 128-byte piece per row and slice) on the default
+    tiling, with a cluster of 2, and on MMA=2's 256-row tiles."""
+    v = [("default", {}, None), ("PREFETCH=1", {"PREFETCH": 1}, None), ("PREFETCH=2", {"PREFETCH": 2}, None),
+         ("PREFETCH=1,C=2", {"PREFETCH": 1, "CLUSTER": 2}, None)]
+    if nq <= 112:
+        v.append(("MMA=2 BN=256,S=4,P=1", {"MMA": 2, "BLOCK_N": 256, "STAGES": 4, "PREFETCH": 1}, None))
+    return v
+
+
 def main() -> int:
     import torch
 
@@ -155,10 +167,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
-    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "pingpong", "cluster", "merge", "all"),
+    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "pingpong", "cluster", "prefetch", "merge", "all"),
                     default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
-                         "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; merge: the running top-k strategies (MERGE); all: sync and "
+                         "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; prefetch: PREFETCH 1, 2 (L2 prefetch); merge: the running top-k strategies (MERGE); all: sync and "
                          "wgmma")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     ap.add_argument("--from-study", type=Path, default=None,
@@ -194,6 +206,8 @@ def main() -> int:
             return pingpong_variants(nq)
         if args.variants == "cluster":
             return cluster_variants(nq)
+        if args.variants == "prefetch":
+            return prefetch_variants(nq)
         return variants(nq) + wgmma_variants(nq)[1:]
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 

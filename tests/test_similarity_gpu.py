@@ -202,6 +202,8 @@ _WG_CLUSTER = [dict(zip(_WG_FIELDS + ("CLUSTER",), row), BLOCK_K=64, WARPS_Q=1, 
     (3, 128, 104, 8, 4, 16, 3, 64, 2),
 )]
 _WGMMA += _WG_CLUSTER
+#: L2 prefetch of the tile 1 or 2 ahead (PREFETCH), with and without a cluster
+_WGMMA += [dict(_WGMMA[7], PREFETCH=1), dict(_WG_CLUSTER[2], PREFETCH=2)]
 D_WG = 200
 
 

@@ -38,7 +38,7 @@ int element_bytes(int dtype) {
 const std::vector<std::string>& topk_param_names() {
     static const std::vector<std::string> names = {"BLOCK_N", "BLOCK_Q",  "BLOCK_K",    "WARPS_N", "WARPS_Q",
                                                    "STAGES",  "VEC",      "MERGE",      "EPI_ROWS", "MIN_BLOCKS",
-                                                   "MMA",     "CLUSTER"};
+                                                   "MMA",     "CLUSTER",  "PREFETCH"};
     return names;
 }
 
@@ -57,6 +57,7 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"MMA", {0, 1, 2, 3}},           // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
                                              // 3 = 2 with ping-pong warpgroups
             {"CLUSTER", {1, 2, 4}},          // blocks per cluster sharing each query slice (TMA multicast; MMA 2, 3)
+            {"PREFETCH", {0, 1, 2}},         // L2 prefetch distance in corpus tiles (TMA prefetch; MMA 2, 3)
         };
         std::vector<long long> q;
         for (int b = 8; b <= 128; b += 8) q.push_back(b);  // queries per block (MMA N side, n8 steps)
@@ -67,11 +68,12 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
 }
 
 namespace {
-// checked() for the search: CLUSTER may be left out (configs written before clusters existed) and then means 1.
+// checked() for the search: CLUSTER and PREFETCH may be left out (configs written before they existed) and then
+// mean 1 and 0.
 std::map<std::string, int> topk_values(const Config& config) {
-    if (config.count("CLUSTER")) return checked("similarity", config, topk_param_names(), topk_param_choices());
     Config with = config;
-    with["CLUSTER"] = 1;
+    with.emplace("CLUSTER", 1);
+    with.emplace("PREFETCH", 0);
     return checked("similarity", with, topk_param_names(), topk_param_choices());
 }
 }  // namespace
@@ -83,7 +85,8 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
         config_error(fam, "dtype code " + std::to_string(dtype) + " is not 0 (fp16), 1 (bf16) or 2 (fp32)");
     if (metric < 0 || metric > 2) config_error(fam, "metric code " + std::to_string(metric) + " is not 0 (ip), 1 (cosine), 2 (l2)");
     TopkConfig c{v["BLOCK_N"], v["BLOCK_Q"], v["BLOCK_K"],  v["WARPS_N"],    v["WARPS_Q"], v["STAGES"],
-                 v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"], v["MMA"],     v["CLUSTER"]};
+                 v["VEC"],     v["MERGE"],   v["EPI_ROWS"], v["MIN_BLOCKS"], v["MMA"],     v["CLUSTER"],
+                 v["PREFETCH"]};
     const int row_bytes = c.block_k * element_bytes(dtype);
     if (row_bytes != 64 && row_bytes != 128 && row_bytes != 256)
         config_error(fam, "BLOCK_K=" + std::to_string(c.block_k) + " x " + std::to_string(element_bytes(dtype)) + " bytes (" +
@@ -138,6 +141,10 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
         config_error(fam, "CLUSTER=" + std::to_string(c.cluster) + " (blocks sharing query slices by TMA multicast) "
                           "needs the TMA producer, MMA 2 or 3; got MMA=" + std::to_string(c.mma) +
                           ": use CLUSTER=1");
+    if (!tunelab::sim::topk_prefetch_ok(c.prefetch, c.mma))
+        config_error(fam, "PREFETCH=" + std::to_string(c.prefetch) + " (L2 prefetch of later corpus tiles by TMA) "
+                          "needs the TMA producer, MMA 2 or 3; got MMA=" + std::to_string(c.mma) +
+                          ": use PREFETCH=0");
     return c;
 }
 
@@ -188,7 +195,7 @@ std::string topk_name_expression(const Config& config, int dtype, int metric) {
     s << "tunelab::sim::similarity_topk<tunelab::sim::TopkTraits<" << dtype << ", " << metric << ", " << c.block_n
       << ", " << c.block_q << ", " << c.block_k << ", " << c.warps_n << ", " << c.warps_q << ", " << c.stages << ", "
       << c.vec << ", " << c.merge << ", " << c.epi_rows_param << ", " << c.min_blocks << ", " << c.mma << ", "
-      << c.cluster << ">>";
+      << c.cluster << ", " << c.prefetch << ">>";
     return s.str();
 }
 

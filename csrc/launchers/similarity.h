@@ -29,7 +29,7 @@ const std::vector<std::string>& topk_param_names();
 const std::map<std::string, std::vector<long long>>& topk_param_choices();
 
 struct TopkConfig {
-    int block_n, block_q, block_k, warps_n, warps_q, stages, vec, merge, epi_rows_param, min_blocks, mma, cluster;
+    int block_n, block_q, block_k, warps_n, warps_q, stages, vec, merge, epi_rows_param, min_blocks, mma, cluster, prefetch;
     int threads() const { return 32 * warps_n * warps_q; }  // the MMA / top-k warps
     int launch_threads() const { return tunelab::sim::topk_launch_threads(warps_n * warps_q, mma); }
     int epi_rows() const { return block_n < epi_rows_param ? block_n : epi_rows_param; }

@@ -46,6 +46,14 @@ __device__ __forceinline__ void load_2d(unsigned dst, const Desc* desc, unsigned
       : "memory");
 }
 
+// Fetches the box at (column x, row y) into L2 only (no shared memory, no mbarrier): a later load_2d of it hits.
+__device__ __forceinline__ void prefetch_2d(const Desc* desc, int x, int y) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
+                   reinterpret_cast<unsigned long long>(desc)),
+               "r"(x), "r"(y)
+               : "memory");
+}
+
 // load_2d to the same shared-memory offset of every block of the cluster in cta_mask (bit r: the block of rank r),
 // completing each one's mbarrier at offset `bar` (thread-block clusters, sm_90a): one L2 read feeds them all.
 __device__ __forceinline__ void load_2d_multicast(unsigned dst, const Desc* desc, unsigned bar, int x, int y,

@@ -124,6 +124,12 @@ TUNELAB_SIM_HD constexpr int topk_mbarrier_bytes(int mma, int stages) {
 TUNELAB_SIM_HD constexpr bool topk_cluster_ok(int cluster, int mma) {
   return cluster == 1 || ((cluster == 2 || cluster == 4) && topk_uses_tma(mma));
 }
+// L2 prefetch (PREFETCH, MMA 2, 3): when a block starts a corpus tile its producer asks L2 for every slice of the
+// tile PREFETCH tiles ahead at once, so DRAM sees whole rows (d elements) requested together instead of one
+// 128-byte piece per row per slice.
+TUNELAB_SIM_HD constexpr bool topk_prefetch_ok(int prefetch, int mma) {
+  return prefetch == 0 || ((prefetch == 1 || prefetch == 2) && topk_uses_tma(mma));
+}
 TUNELAB_SIM_HD constexpr int topk_query_rows(int block_q, int cluster) {
   return cluster == 1 ? block_q : (block_q + 8 * cluster - 1) / (8 * cluster) * (8 * cluster);
 }

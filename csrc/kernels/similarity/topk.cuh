@@ -271,21 +271,28 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 //     4 warps of the warpgroup that read it. The column bars take the maximum over every part of both warpgroups
 //     (a part's k-th key bounds the column wherever it was found; a bar read while the other warpgroup raises it
 //     is an older, lower, still valid bar). At the end the parts of both meet as in write_thread_lists().
+//     Thread lists only (MERGE 3, 4): shared lists would need one per warpgroup and query.
 //
 // CLUSTER_ (MMA 2, 3): blocks per thread-block cluster along the splits (params.cuh topk_cluster_ok()). The blocks
 // of a cluster share a query tile and each producer TMA-multicasts its 1 / CLUSTER of every query slice to all of
-// them (its corpus slices stay its own), so L2 serves a query byte once per cluster: the MMA=3 loop at nq = 100
-// was bound by L2 throughput (80-84% against 62-65% of DRAM), a third of it the query tile re-read for every
-// corpus tile. A stage of every block is then written by every producer of the cluster, so it is released to all
-// of them: empty[s] counts the MMA warps of the whole cluster (each arrives on every block's empty[s]), full[s]
-// the block's own producer, whose expected bytes are the stage's (corpus slice and every query part). The
-// blocks of a cluster walk the same number of tiles (tiles_per_split; those past num_tiles load no corpus and
+// them (its corpus slices stay its own), so L2 serves a query byte once per cluster instead of once per block.
+// (Built to test whether those re-reads bound the MMA=3 loop at nq = 100, where ncu reads 80-84% L2 throughput
+// against 62-65% DRAM: on the H200 they halve the query reads and leave the time and both figures as they were,
+// so the defaults keep CLUSTER = 1; README.) A stage of every block is then written by every producer of the
+// cluster, so it is released to all of them: empty[s] counts the MMA warps of the whole cluster (each arrives on
+// every block's empty[s]), full[s] the block's own producer, whose expected bytes are the stage's (corpus slice
+// and every query part). The blocks of a cluster walk the same number of tiles (tiles_per_split; those past num_tiles load no corpus and
 // score only masked rows) so that their rings advance together; the producer waits for the last releases
 // before its block may exit (no remote arrival can reach a block that has left), and a cluster barrier after the
 // mbarrier initialization precedes every remote access.
-//     Thread lists only (MERGE 3, 4): shared lists would need one per warpgroup and query.
+//
+// PREFETCH_ (MMA 2, 3): L2 prefetch distance in tiles (0: none). A slice reads 128 bytes of each of BLOCK_N rows
+// d * element bytes apart, and the slices of a tile follow each other at the pace of the MMAs; with PREFETCH the
+// producer asks L2 for all slices of a later tile together (cp.async.bulk.prefetch.tensor), so DRAM serves whole
+// rows, and the ring's copies then hit L2.
 template <int DTYPE_, int METRIC_, int BLOCK_N_, int BLOCK_Q_, int BLOCK_K_, int WARPS_N_, int WARPS_Q_, int STAGES_,
-          int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1, int MMA_ = 0, int CLUSTER_ = 1>
+          int VEC_, int MERGE_, int EPI_ROWS_ = 128, int MIN_BLOCKS_ = 1, int MMA_ = 0, int CLUSTER_ = 1,
+          int PREFETCH_ = 0>
 struct TopkTraits {
   static constexpr int kDtype = DTYPE_;
   static constexpr int kMetric = METRIC_;
@@ -303,6 +310,7 @@ struct TopkTraits {
   static constexpr bool kTmaProducer = topk_uses_tma(MMA_);
   static constexpr bool kPingPong = MMA_ == 3;
   static constexpr int kCluster = CLUSTER_;
+  static constexpr int kPrefetchTiles = PREFETCH_;  // L2 prefetch distance in tiles (params.cuh topk_prefetch_ok)
   // query rows of a stage (BLOCK_Q, rounded up to whole 8-row atoms per cluster block) and of one block's part
   static constexpr int kQueryRows = topk_query_rows(BLOCK_Q_, CLUSTER_);
   static constexpr int kQueryPartRows = kQueryRows / CLUSTER_;
@@ -401,6 +409,7 @@ struct TopkTraits {
   static_assert(!kPingPong || (kWarps == 8 && kThreadLists), "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3 or 4");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
   static_assert(topk_cluster_ok(kCluster, kMma), "CLUSTER 1, or 2 or 4 with MMA 2, 3 (TMA multicast)");
+  static_assert(topk_prefetch_ok(kPrefetchTiles, kMma), "PREFETCH 0, or 1 or 2 with MMA 2, 3 (TMA L2 prefetch)");
 };
 
 template <class Tr>
@@ -790,8 +799,9 @@ struct TopkBlock {
   // MMA 2, 3: the producer warpgroup's first lane walks the split's slices (tiles, then slices of d) and TMA-copies
   // the corpus and query boxes of each into its stage once the MMA warps have released it. Boxes past n, nq or d
   // are zeros. With clusters its query box is its part of the slice, multicast to every block of the cluster, and
-  // tiles past num_tiles get no corpus copy (their rows are masked; the stage's old bytes are never a key).
-  __device__ __forceinline__ void produce(int tile_begin, int total) {
+  // tiles past num_tiles get no corpus copy (their rows are masked; the stage's old bytes are never a key). With
+  // PREFETCH, the first slice of each tile first asks L2 for all slices of the tile PREFETCH ahead (up to tile_end).
+  __device__ __forceinline__ void produce(int tile_begin, int tile_end, int total) {
     if (lane != 0) return;
     const tma::Desc* dc = reinterpret_cast<const tma::Desc*>(p.tma_corpus);
     const tma::Desc* dq = reinterpret_cast<const tma::Desc*>(p.tma_queries);
@@ -803,6 +813,12 @@ struct TopkBlock {
       const int s = it % Tr::kStages;
       if (it >= Tr::kStages) mbar::wait(empty_bar(s), ((it / Tr::kStages) - 1) & 1);
       const unsigned a = stage_addr(s);
+      if constexpr (Tr::kPrefetchTiles > 0) {
+        const int ahead = tile + Tr::kPrefetchTiles;
+        if (kc == 0 && ahead < tile_end && ahead < p.num_tiles) {
+          for (int j = 0; j < KT; ++j) tma::prefetch_2d(dc, j * BK, ahead * BN);
+        }
+      }
       if constexpr (Tr::kCluster == 1) {
         mbar::arrive_expect_tx(full_bar(s), Tr::kStageBytes);
         tma::load_2d(a, dc, full_bar(s), kc * BK, tile * BN, read_once);
@@ -894,7 +910,7 @@ struct TopkBlock {
       else __syncthreads();
       if (warp >= Tr::kWarps) {
         if constexpr (Tr::kMoveRegisters) wg::regs_dec<Tr::kProducerRegs>();
-        if (warp == Tr::kWarps) produce(tile_begin, total);
+        if (warp == Tr::kWarps) produce(tile_begin, tile_end, total);
         return;
       }
       if constexpr (Tr::kMoveRegisters) wg::regs_inc<Tr::kMmaRegs>();

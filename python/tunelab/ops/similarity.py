@@ -74,9 +74,10 @@ _SEARCH_SOURCE = '#include "similarity/topk.cuh"\n'
 _GRAM_SOURCE = '#include "similarity/gram.cuh"\n'
 
 
-def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma=0, cluster=1) -> dict[str, int]:
+def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma=0, cluster=1,
+         prefetch=0) -> dict[str, int]:
     return dict(BLOCK_N=bn, BLOCK_Q=bq, BLOCK_K=bk, WARPS_N=wn, WARPS_Q=wq, STAGES=stages, VEC=vec, MERGE=merge,
-                EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma, CLUSTER=cluster)
+                EPI_ROWS=epi, MIN_BLOCKS=min_blocks, MMA=mma, CLUSTER=cluster, PREFETCH=prefetch)
 
 
 #: Archs whose tensor cores take warpgroup MMAs (``MMA`` 1, 2 and 3); kernels for them are compiled for the
@@ -98,12 +99,12 @@ def uses_tma(config: Mapping[str, Any]) -> bool:
 def _with_mma(config: Mapping[str, Any], mma: int) -> dict:
     """``config`` moved to main loop ``mma``: MMA=3's 192-row tile (3 m64 blocks per warpgroup) becomes 128 rows,
     which the other main loops split among their warps; without the TMA producer (``MMA`` 0, 1) there are no
-    clusters (CLUSTER=1)."""
+    clusters (CLUSTER=1) and no L2 prefetch (PREFETCH=0)."""
     cfg = dict(config, MMA=mma)
     if mma != 3 and cfg["BLOCK_N"] == 192:
         cfg["BLOCK_N"] = 128
     if not _S.topk_uses_tma(mma):
-        cfg["CLUSTER"] = 1
+        cfg.update(CLUSTER=1, PREFETCH=0)
     return cfg
 
 
@@ -294,10 +295,10 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
 def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
     """``config`` as plain ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or bad values.
 
-    ``MMA`` and ``CLUSTER`` may be left out (configs written before the wgmma main loop and clusters existed): they
-    then mean 0 (mma.sync) and 1 (no cluster)."""
-    if isinstance(config, Mapping) and ("MMA" not in config or "CLUSTER" not in config):
-        config = {"MMA": 0, "CLUSTER": 1, **config}
+    ``MMA``, ``CLUSTER`` and ``PREFETCH`` may be left out (configs written before the wgmma main loop, clusters and
+    the L2 prefetch existed): they then mean 0 (mma.sync), 1 (no cluster) and 0 (no prefetch)."""
+    if isinstance(config, Mapping) and not {"MMA", "CLUSTER", "PREFETCH"} <= set(config):
+        config = {"MMA": 0, "CLUSTER": 1, "PREFETCH": 0, **config}
     return _config.canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
 
 

@@ -16,6 +16,9 @@ inline void load_2d(unsigned, const Desc*, unsigned, int, int, unsigned long lon
   emu::fail("cp.async.bulk.tensor is not emulated (MMA=2: sm_90a only)");
 }
 
+inline void prefetch_2d(const Desc*, int, int) {
+  emu::fail("cp.async.bulk.prefetch.tensor is not emulated (PREFETCH > 0: sm_90a only)");
+}
 inline void load_2d_multicast(unsigned, const Desc*, unsigned, int, int, unsigned short, unsigned long long) {
   emu::fail("cp.async.bulk.tensor multicast is not emulated (CLUSTER > 1: sm_90a only)");
 }
