@@ -155,7 +155,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     * CLUSTER=1 everywhere: thread-block clusters that share the query slices by TMA multicast (CLUSTER 2, 4)
       measured no faster on the H200 (benchmarks/similarity_probe.py --variants cluster,
       results/similarity_probe_cluster.json: 5.72 against 5.81 ms at 10M / 100, 46.7 against 46.3 ms at
-      10M / 1024, slower at 1M and 50K with 4 blocks); they are left to the tuner.
+      10M / 1024, slower at 1M and 50K with 4 blocks). PREFETCH=0: the L2 prefetch of later corpus tiles measured
+      2-23% slower at every nq = 100 shape and no faster at 10M / 1024 (--variants prefetch,
+      results/similarity_probe_prefetch.json). Neither is in the
+      tuner's space; explicit configs take both.
 
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
       per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);

@@ -32,15 +32,13 @@ name         choices              what it does
                                   ring of 2 with ping-pong warpgroups: each of two (WARPS_N = 8) owns every other
                                   tile, all its rows, so one's top-k epilogue runs while the other multiplies
                                   (thread lists, MERGE 3 or 4)
-``PREFETCH`` 0, 1, 2              MMA 2, 3: when a block starts a corpus tile, its producer asks L2 for every slice of
-                                  the tile PREFETCH ahead at once (TMA prefetch), so DRAM serves whole rows instead of
-                                  one 128-byte piece per row and slice
 ===========  ===================  ====================================================================================
 
-Not in the space: ``CLUSTER`` (1, 2, 4; MMA 2, 3), thread-block clusters whose blocks take consecutive splits of one
-query tile and share its slices by TMA multicast. Explicit configs take it; it measured no faster than CLUSTER=1 at
-any benchmark shape on the H200 (``benchmarks/results/similarity_probe_cluster.json``), so the tuner does not spend
-trials on it.
+Not in the space (explicit configs take them; on the H200 neither was faster at any benchmark shape, so the tuner
+spends no trials on them): ``CLUSTER`` (1, 2, 4; MMA 2, 3), thread-block clusters whose blocks take consecutive
+splits of one query tile and share its slices by TMA multicast (``benchmarks/results/similarity_probe_cluster.json``);
+``PREFETCH`` (0, 1, 2; MMA 2, 3), an L2 prefetch of every slice of the tile 1 or 2 ahead when a block starts a tile
+(``similarity_probe_prefetch.json``: 2-23% slower at every nq = 100 shape, no faster at nq = 1024).
 
 Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0``, ``BLOCK_Q % (8 WARPS_Q) == 0``),
 2..16 warps, thread lists (``MERGE`` 3, 4) only for k within their capacity and with a thread per query column
@@ -87,7 +85,6 @@ _DESCRIPTIONS = {
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
            "ping-pong warpgroups (sm_90)",
-    "PREFETCH": "L2 prefetch distance in corpus tiles: all slices of a later tile at once (MMA 2, 3)",
 }
 
 
@@ -197,7 +194,6 @@ def build_space(problem: Any) -> SearchSpace:
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
         Param("MMA", [0, 1, 2, 3], ordered=False, description=_DESCRIPTIONS["MMA"]),
-        Param("PREFETCH", [0, 1, 2], description=_DESCRIPTIONS["PREFETCH"]),
     ]
     eb = p.element_bytes
     metric = p.metric
@@ -232,8 +228,6 @@ def build_space(problem: Any) -> SearchSpace:
                    "MMA 1..3 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
                    "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 or 4)",
                    code="static.divisibility"),
-        Constraint("prefetch_needs_tma", lambda c: c["PREFETCH"] == 0 or c["MMA"] >= 2,
-                   "PREFETCH 1 and 2 are issued by the TMA producer: MMA 2 or 3 only", code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
     ]
