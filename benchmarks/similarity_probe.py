@@ -170,7 +170,8 @@ def main() -> int:
     ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "pingpong", "cluster", "prefetch", "merge", "all"),
                     default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
-                         "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; prefetch: PREFETCH 1, 2 (L2 prefetch); merge: the running top-k strategies (MERGE); all: sync and "
+                         "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; prefetch: "
+                         "PREFETCH 1, 2 (L2 prefetch); merge: the running top-k strategies (MERGE); all: sync and "
                          "wgmma")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     ap.add_argument("--from-study", type=Path, default=None,

@@ -262,8 +262,9 @@ def test_wgmma_rules_in_launcher_space_and_gates():
 def test_cluster_and_prefetch_rules_layout_and_plan():
     """CLUSTER (thread-block clusters sharing query slices by TMA multicast) and PREFETCH (L2 prefetch of later
     tiles): only with the TMA producer (MMA 2, 3), named in the launcher's error; neither is in the tuner's space
-    (measured no faster); a cluster's stage holds BLOCK_Q rounded up to 8 rows per block; splits come in whole clusters, also under a cap; configs written before either existed mean
-    CLUSTER=1, PREFETCH=0; the kernels compile for sm_90 without spills."""
+    (measured no faster); a cluster's stage holds BLOCK_Q rounded up to 8 rows per block; splits come in whole
+    clusters, also under a cap; configs written before either existed mean CLUSTER=1, PREFETCH=0; the kernels
+    compile for sm_90 without spills."""
     from tunelab.tuning.families.similarity import SearchProblem, SimilarityFamily, smem_bytes_py
 
     sim = _sim()

@@ -281,10 +281,10 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 // so the defaults keep CLUSTER = 1; README.) A stage of every block is then written by every producer of the
 // cluster, so it is released to all of them: empty[s] counts the MMA warps of the whole cluster (each arrives on
 // every block's empty[s]), full[s] the block's own producer, whose expected bytes are the stage's (corpus slice
-// and every query part). The blocks of a cluster walk the same number of tiles (tiles_per_split; those past num_tiles load no corpus and
-// score only masked rows) so that their rings advance together; the producer waits for the last releases
-// before its block may exit (no remote arrival can reach a block that has left), and a cluster barrier after the
-// mbarrier initialization precedes every remote access.
+// and every query part). The blocks of a cluster walk the same number of tiles (tiles_per_split; those past
+// num_tiles load no corpus and score only masked rows) so that their rings advance together; the producer waits
+// for the last releases before its block may exit (no remote arrival can reach a block that has left), and a
+// cluster barrier after the mbarrier initialization precedes every remote access.
 //
 // PREFETCH_ (MMA 2, 3): L2 prefetch distance in tiles (0: none). A slice reads 128 bytes of each of BLOCK_N rows
 // d * element bytes apart, and the slices of a tile follow each other at the pace of the MMAs; with PREFETCH the

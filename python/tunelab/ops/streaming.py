@@ -246,7 +246,8 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
     cfg = sim._fit_vec(cfg, dt, ptrs, strides, d_pad, explicit, k, metric, arch)
     compiled = sim.compile_search(cfg, dtype=dt, metric=metric, arch=arch)
     target = compiled.resident_blocks(di, k)
-    max_splits = max(compiled.cluster, min(target if splits is None else int(splits), sim.WORKSPACE_CAP_BYTES // (nq * k * 8)))
+    max_splits = max(compiled.cluster,  # a cluster's blocks need a list each
+                     min(target if splits is None else int(splits), sim.WORKSPACE_CAP_BYTES // (nq * k * 8)))
     fixed = (max_splits + 1) * nq * k * 8 + nq * k * 12 + (queries.numel() * eb if pad else 0)
     # free memory plus what this process can reuse: the pool's own chunk buffers and torch's cached blocks
     free = int(torch.cuda.mem_get_info(dev)[0]) + POOL.held_bytes()["device"] + \
