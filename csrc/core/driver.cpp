@@ -240,26 +240,40 @@ int Function::driver_occupancy(int threads, size_t dynamic_smem) {
     return blocks;
 }
 
+namespace {
+// The cuLaunchKernelEx configuration of `dims` with its cluster dimension (`attr` holds the attribute it points to).
+CUlaunchConfig cluster_launch_config(const LaunchDims& dims, CUstream stream, CUlaunchAttribute& attr) {
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = dims.cluster[0];
+    attr.value.clusterDim.y = dims.cluster[1];
+    attr.value.clusterDim.z = dims.cluster[2];
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = dims.grid[0];
+    cfg.gridDimY = dims.grid[1];
+    cfg.gridDimZ = dims.grid[2];
+    cfg.blockDimX = dims.block[0];
+    cfg.blockDimY = dims.block[1];
+    cfg.blockDimZ = dims.block[2];
+    cfg.sharedMemBytes = dims.smem;
+    cfg.hStream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+}  // namespace
+
 int Function::driver_max_active_clusters(int threads, size_t dynamic_smem, int cluster) {
     activate();
     reserve_dynamic_smem(dynamic_smem);
     if (!driver().cuOccupancyMaxActiveClusters)
         throw NoDeviceError("this CUDA driver has no cuOccupancyMaxActiveClusters (thread-block clusters need CUDA 12 "
                             "and an sm_90 GPU)", "cuOccupancyMaxActiveClusters", 0);
+    LaunchDims dims;  // one cluster of `cluster` blocks along y, as the search launches them
+    dims.grid[1] = dims.cluster[1] = static_cast<unsigned>(cluster);
+    dims.block[0] = static_cast<unsigned>(threads);
+    dims.smem = static_cast<unsigned>(dynamic_smem);
     CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = 1;
-    attr.value.clusterDim.y = static_cast<unsigned>(cluster);
-    attr.value.clusterDim.z = 1;
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = 1;
-    cfg.gridDimY = static_cast<unsigned>(cluster);
-    cfg.gridDimZ = 1;
-    cfg.blockDimX = static_cast<unsigned>(threads);
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(dynamic_smem);
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    CUlaunchConfig cfg = cluster_launch_config(dims, nullptr, attr);
     int clusters = 0;
     check(driver().cuOccupancyMaxActiveClusters(&clusters, fn_, &cfg), "cuOccupancyMaxActiveClusters");
     return clusters;
@@ -295,21 +309,7 @@ void launch_dims(CUfunction fn, const LaunchDims& dims, CUstream stream, void** 
         throw NoDeviceError("this CUDA driver has no cuLaunchKernelEx (thread-block clusters need CUDA 12 and an "
                             "sm_90 GPU)", "cuLaunchKernelEx", 0);
     CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = dims.cluster[0];
-    attr.value.clusterDim.y = dims.cluster[1];
-    attr.value.clusterDim.z = dims.cluster[2];
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = dims.grid[0];
-    cfg.gridDimY = dims.grid[1];
-    cfg.gridDimZ = dims.grid[2];
-    cfg.blockDimX = dims.block[0];
-    cfg.blockDimY = dims.block[1];
-    cfg.blockDimZ = dims.block[2];
-    cfg.sharedMemBytes = dims.smem;
-    cfg.hStream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    const CUlaunchConfig cfg = cluster_launch_config(dims, stream, attr);
     check(driver().cuLaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
 }
 }  // namespace
