@@ -21,6 +21,8 @@ void bind_similarity(py::module_& m) {
     // top-k search
     s.def("topk_param_names", &sl::topk_param_names, "Search tunables in template order.");
     s.def("topk_param_choices", &sl::topk_param_choices, "Values each search tunable accepts on its own.");
+    s.def("topk_param_defaults", &sl::topk_param_defaults,
+          "Values of the search tunables a config may leave out (configs written before they existed).");
     s.def("topk_validate", [](const sl::Config& c, int dtype, int metric) { sl::topk_validate(c, dtype, metric); },
           py::arg("config"), py::arg("dtype"), py::arg("metric"),
           "Raise ConfigError naming the broken rule for a config the kernel cannot instantiate.");

@@ -67,13 +67,16 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
     return choices;
 }
 
+const std::map<std::string, long long>& topk_param_defaults() {
+    static const std::map<std::string, long long> defaults = {{"MMA", 0}, {"CLUSTER", 1}, {"PREFETCH", 0}};
+    return defaults;
+}
+
 namespace {
-// checked() for the search: CLUSTER and PREFETCH may be left out (configs written before they existed) and then
-// mean 1 and 0.
+// checked() for the search, with topk_param_defaults() for the tunables the config leaves out.
 std::map<std::string, int> topk_values(const Config& config) {
     Config with = config;
-    with.emplace("CLUSTER", 1);
-    with.emplace("PREFETCH", 0);
+    for (const auto& [name, value] : topk_param_defaults()) with.emplace(name, value);
     return checked("similarity", with, topk_param_names(), topk_param_choices());
 }
 }  // namespace
@@ -219,9 +222,9 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
     // With clusters (CLUSTER blocks along the splits) the split count is a multiple of CLUSTER: the last cluster's
     // blocks past the corpus walk empty tiles (SearchParams).
     const long long cl = v["CLUSTER"];
-    long long cap = std::min(tiles, 65535LL - 65535LL % cl);  // grid dimension y
+    long long cap = std::min(tiles, 65535LL);  // grid dimension y
     if (max_splits > 0) cap = std::min(cap, max_splits);
-    cap = std::max(cl, cap / cl * cl);
+    cap = std::max(cl, cap / cl * cl);  // whole clusters
     long long splits = cl;
     if (target_blocks > 0) {
         long long best = -1;

@@ -27,6 +27,9 @@ int element_bytes(int dtype);
 // ------------------------------------------------------------------------------------------------ top-k search
 const std::vector<std::string>& topk_param_names();
 const std::map<std::string, std::vector<long long>>& topk_param_choices();
+// Values of the tunables a config may leave out (configs written before they existed): MMA 0, CLUSTER 1,
+// PREFETCH 0. Every search entry point fills them in; so does the Python canonical_config.
+const std::map<std::string, long long>& topk_param_defaults();
 
 struct TopkConfig {
     int block_n, block_q, block_k, warps_n, warps_q, stages, vec, merge, epi_rows_param, min_blocks, mma, cluster, prefetch;

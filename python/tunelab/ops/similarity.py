@@ -56,6 +56,8 @@ _S = _core.similarity
 #: Search tunables, in template order.
 PARAM_NAMES: tuple[str, ...] = tuple(_S.topk_param_names())
 PARAM_CHOICES: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in _S.topk_param_choices().items()}
+#: tunables a config may leave out, and what they then mean (configs written before they existed)
+PARAM_DEFAULTS: dict[str, int] = dict(_S.topk_param_defaults())
 #: Gram tunables.
 GRAM_PARAM_NAMES: tuple[str, ...] = tuple(_S.gram_param_names())
 GRAM_PARAM_CHOICES: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in _S.gram_param_choices().items()}
@@ -298,10 +300,10 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
 def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
     """``config`` as plain ints in :data:`PARAM_NAMES` order; ConfigError for unknown, missing or bad values.
 
-    ``MMA``, ``CLUSTER`` and ``PREFETCH`` may be left out (configs written before the wgmma main loop, clusters and
-    the L2 prefetch existed): they then mean 0 (mma.sync), 1 (no cluster) and 0 (no prefetch)."""
-    if isinstance(config, Mapping) and not {"MMA", "CLUSTER", "PREFETCH"} <= set(config):
-        config = {"MMA": 0, "CLUSTER": 1, "PREFETCH": 0, **config}
+    The tunables of :data:`PARAM_DEFAULTS` may be left out (configs written before the wgmma main loop, clusters and
+    the L2 prefetch existed): they then mean MMA=0 (mma.sync), CLUSTER=1 (no cluster) and PREFETCH=0."""
+    if isinstance(config, Mapping) and not PARAM_DEFAULTS.keys() <= config.keys():
+        config = {**PARAM_DEFAULTS, **config}
     return _config.canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
 
 
