@@ -425,6 +425,7 @@ struct TopkBlock {
   int grp;  // tile group (ping-pong: the warpgroup; else 0) and this thread's index in it
   int gtid;
   unsigned crank;  // rank of this block in its cluster (0 without clusters)
+  int wg_row0;   // wgmma: tile row of this warpgroup's first m64 block (ping-pong: 0, the warpgroup owns the tile)
   int row_base;  // tile row of this warp's first accumulator row block
   float* scores;
   float* norms;
@@ -455,7 +456,8 @@ struct TopkBlock {
     gtid = tid - grp * Tr::kGroupThreads;
     if constexpr (Tr::kCluster > 1) crank = cluster::ctarank();
     else crank = 0;
-    if constexpr (Tr::kWgmma) row_base = (Tr::kPingPong ? 0 : (warp / 4) * MT * 64) + (warp % 4) * 16;
+    wg_row0 = Tr::kPingPong ? 0 : (warp / 4) * MT * 64;
+    if constexpr (Tr::kWgmma) row_base = wg_row0 + (warp % 4) * 16;
     else row_base = warp_n * Tr::kWarpN;
     scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset + grp * Tr::kScoreBytes);
     norms = reinterpret_cast<float*>(smem + Tr::kNormOffset + grp * Tr::kNormBytes);
@@ -773,9 +775,8 @@ struct TopkBlock {
   __device__ __forceinline__ void wgmma_slice(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, unsigned a_tile,
                                               const LdsmLaneAddr<L, 1>& la) {
     const unsigned b_tile = a_tile + Tr::kATileBytes;
-    // this warpgroup's m64 blocks: rows (warp / 4) * MT * 64 + mt * 64 of the A tile (ping-pong: mt * 64, the
-    // warpgroup owns the tile), 128 bytes per row
-    const unsigned a_wg = a_tile + static_cast<unsigned>((Tr::kPingPong ? 0 : warp / 4) * MT * 64 * 128);
+    // this warpgroup's m64 blocks: rows wg_row0 + mt * 64 of the A tile, 128 bytes per row
+    const unsigned a_wg = a_tile + static_cast<unsigned>(wg_row0 * 128);
     wg::fence_operands(mma.acc);
     wg::wgmma_fence();
 #pragma unroll
