@@ -422,7 +422,12 @@ class CompiledSearch:
     @property
     def cluster(self) -> int:
         """Blocks per thread-block cluster (the config's CLUSTER; 1 without clusters)."""
-        return int(self.config.get("CLUSTER", 1))
+        return self.config["CLUSTER"]
+
+    @property
+    def cluster_dims(self) -> tuple[int, int, int]:
+        """The launch's cluster shape: CLUSTER blocks along the splits (grid y)."""
+        return 1, self.cluster, 1
 
     def resident_blocks(self, device: int, k: int) -> int:
         """Search blocks the whole GPU holds at once for ``k``: SMs x blocks per SM, or with clusters the driver's
@@ -483,7 +488,7 @@ class CompiledSearch:
         """Launch the search kernel on ``device`` and ``stream`` (raising its dynamic shared-memory limit if
         needed); the other arguments are :meth:`search_args`'s."""
         grid, block, smem, pack = self.search_args(*args, **kwargs)
-        self.functions(device)[0].launch(grid, block, smem, stream, pack, cluster=(1, self.cluster, 1))
+        self.functions(device)[0].launch(grid, block, smem, stream, pack, cluster=self.cluster_dims)
 
     def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
         """Launch the merge kernel of the kind :meth:`merge_args` picks for k on ``device`` and ``stream``; the
@@ -498,7 +503,7 @@ class CompiledSearch:
         n = corpus.shape[0]
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
-        p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=(1, self.cluster, 1))
+        p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=self.cluster_dims)
         grid, block, smem, pack, kind = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
                                                         out_score=scores, out_index=indices, kind=merge_kind)
         p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack)

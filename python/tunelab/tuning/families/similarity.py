@@ -215,7 +215,7 @@ def build_space(problem: Any) -> SearchSpace:
                    "a block has 2 to 16 warps", code="static.threads"),
         Constraint("epi_rows_changes_code", lambda c: c["EPI_ROWS"] == 128 or c["BLOCK_N"] > 64,
                    "EPI_ROWS=64 equals 128 when BLOCK_N is 64 (one pass either way)"),
-        Constraint("vec_changes_code", lambda c: c["MMA"] < 2 or c["VEC"] == 16,
+        Constraint("vec_changes_code", lambda c: not _ops().uses_tma(c) or c["VEC"] == 16,
                    "MMA 2 and 3 copy by TMA, so VEC changes nothing there: only VEC=16 is listed (it also carries the "
                    "16-byte row rule TMA needs)"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= _ops().max_accumulators(c),
@@ -431,7 +431,7 @@ class SimilarityFamily(TunableFamily):
             out.append(Rejection("static.smem", f"{smem} bytes of shared memory for k={p.k} > {limit} bytes opt-in "
                                                 f"limit per block on {arch}"))
         if (p.d * p.element_bytes) % config["VEC"]:  # the measured inputs are contiguous: rows are d long
-            tma = f" (MMA={config['MMA']} reads rows by TMA, 16 bytes at a time)" if config.get("MMA", 0) >= 2 else ""
+            tma = f" (MMA={config['MMA']} reads rows by TMA, 16 bytes at a time)" if _ops().uses_tma(config) else ""
             out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
                                                    f"VEC={config['VEC']}{tma}"))
         if config.get("MMA", 0) >= 1 and not _ops().wgmma_supported(arch):
