@@ -157,6 +157,11 @@ def prefetch_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     return v
 
 
+#: --variants NAME -> the function listing that set's variants for nq queries ("all": sync and wgmma)
+VARIANT_SETS = {"sync": variants, "wgmma": wgmma_variants, "tma": tma_variants, "pingpong": pingpong_variants,
+                "cluster": cluster_variants, "prefetch": prefetch_variants, "merge": merge_variants}
+
+
 def main() -> int:
     import torch
 
@@ -167,8 +172,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
-    ap.add_argument("--variants", choices=("sync", "wgmma", "tma", "pingpong", "cluster", "prefetch", "merge", "all"),
-                    default="sync",
+    ap.add_argument("--variants", choices=(*VARIANT_SETS, "all"), default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
                          "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; prefetch: "
                          "PREFETCH 1, 2 (L2 prefetch); merge: the running top-k strategies (MERGE); all: sync and "
@@ -195,21 +199,9 @@ def main() -> int:
         return base_variants(nq) + study_variants
 
     def base_variants(nq):
-        if args.variants == "sync":
-            return variants(nq)
-        if args.variants == "wgmma":
-            return wgmma_variants(nq)
-        if args.variants == "merge":
-            return merge_variants(nq)
-        if args.variants == "tma":
-            return tma_variants(nq)
-        if args.variants == "pingpong":
-            return pingpong_variants(nq)
-        if args.variants == "cluster":
-            return cluster_variants(nq)
-        if args.variants == "prefetch":
-            return prefetch_variants(nq)
-        return variants(nq) + wgmma_variants(nq)[1:]
+        if args.variants == "all":
+            return variants(nq) + wgmma_variants(nq)[1:]
+        return VARIANT_SETS[args.variants](nq)
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 
     dev = torch.cuda.current_device()
