@@ -10,15 +10,18 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
             epilogue is the most expensive one possible (every key ties, so every key enters the merge), so the
             figure means "main loop" only when a split has many tiles (N=1M and up); at N=50K (2 tiles per split)
             it exceeds the search time and says nothing;
+  loop      the same kernel on all-NaN queries: every key is NaN, which never passes the pre-check nor enters a
+            list, so no tile runs the top-k epilogue past its pre-check, with any MERGE: the main loop's time. (The
+            result is empty lists; only the time is kept.)
   merge     the merge kernel alone (one block per query over splits x k candidates), the variant picked for k
             (k = 10: thread lists, kind 0); merge_shared: the shared-list merge (kind 2) on the same lists;
   torch     torch.topk(Q @ C.T) on the same inputs, once per shape.
 
-The difference search - mainloop is what the per-tile top-k epilogue costs. Results go to
+The difference search - loop is what the per-tile top-k epilogue costs (the table's "epilogue"). Results go to
 benchmarks/results/similarity_probe.json with the environment fingerprint; a table is printed last.
 
   python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
-      [--variants sync|wgmma|tma|pingpong|cluster|prefetch|merge|all]
+      [--variants sync|wgmma|tma|pingpong|cluster|prefetch|merge|stream|all] [--only 'NAME;NAME']
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
   python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
       --from-study benchmarks/results/tune_similarity_1x10000000x768x10_fp32.json   # a study's configs elsewhere
@@ -26,7 +29,9 @@ benchmarks/results/similarity_probe.json with the environment fingerprint; a tab
 ``--variants tma`` probes the TMA-fed wgmma main loop (MMA=2) into similarity_probe_tma.json, ``--variants
 pingpong`` its ping-pong form (MMA=3) into similarity_probe_pingpong.json, ``--variants cluster`` thread-block
 clusters sharing the query slices (CLUSTER 2, 4) into similarity_probe_cluster.json, ``--variants prefetch`` the
-L2 prefetch of later corpus tiles (PREFETCH 1, 2) into similarity_probe_prefetch.json. Every row also records the fraction of
+L2 prefetch of later corpus tiles (PREFETCH 1, 2) into similarity_probe_prefetch.json, ``--variants stream`` what
+bounds the TMA ring's corpus stream (ring depth, tile height, a cluster; at nq = 8 the queries cost almost nothing)
+into similarity_probe_stream.json. Every row also records the fraction of
 its indices equal to the first variant's (1.0 expected: the same products).
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
@@ -157,9 +162,27 @@ def prefetch_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     return v
 
 
+def stream_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """What bounds the TMA ring's corpus stream: the ping-pong loop (MMA=3) and the cooperative one (MMA=2) with
+    shallow and deep rings, 256-row tiles, and a cluster of 2 sharing the query slices, at any nq. Run at nq = 8
+    (query bytes ~6% of a stage, tensor work ~8% of nq = 100's) it says how fast the ring streams the corpus alone,
+    against the cp.async mma.sync default (MMA=0) that nq = 1 uses at the HBM floor."""
+    bq = -(-nq // 8) * 8 if nq <= 128 else 128
+    pp = {"MMA": 3, "BLOCK_K": 64, "WARPS_Q": 1, "WARPS_N": 8, "MERGE": 3, "EPI_ROWS": 64, "BLOCK_Q": bq,
+          "BLOCK_N": 128}
+    v = [("default", {}, None), ("pp BN=128,S=4", {**pp, "STAGES": 4}, None),
+         ("pp BN=128,S=6", {**pp, "STAGES": 6}, None),
+         ("MMA=2 BN=256,S=4", {**pp, "MMA": 2, "BLOCK_N": 256, "STAGES": 4}, None),
+         ("pp BN=128,S=4,C=2", {**pp, "STAGES": 4, "CLUSTER": 2}, None)]
+    if nq <= 64:
+        v.append(("pp BN=256,S=4", {**pp, "BLOCK_N": 256, "STAGES": 4}, None))
+    return v
+
+
 #: --variants NAME -> the function listing that set's variants for nq queries ("all": sync and wgmma)
 VARIANT_SETS = {"sync": variants, "wgmma": wgmma_variants, "tma": tma_variants, "pingpong": pingpong_variants,
-                "cluster": cluster_variants, "prefetch": prefetch_variants, "merge": merge_variants}
+                "cluster": cluster_variants, "prefetch": prefetch_variants, "merge": merge_variants,
+                "stream": stream_variants}
 
 
 def main() -> int:
@@ -175,8 +198,11 @@ def main() -> int:
     ap.add_argument("--variants", choices=(*VARIANT_SETS, "all"), default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
                          "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; prefetch: "
-                         "PREFETCH 1, 2 (L2 prefetch); merge: the running top-k strategies (MERGE); all: sync and "
-                         "wgmma")
+                         "PREFETCH 1, 2 (L2 prefetch); merge: the running top-k strategies (MERGE); stream: what "
+                         "bounds the TMA ring (run it at nq = 8 too); all: sync and wgmma")
+    ap.add_argument("--only", default=None,
+                    help="the variants of the set to run, by name, separated by ';' (names contain commas): "
+                         "e.g. 'default;pp BN=128,S=4,C=2'")
     ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     ap.add_argument("--from-study", type=Path, default=None,
                     help="a tuning results JSON (tune_seed.py --family similarity): its confirmed configs are added "
@@ -201,29 +227,55 @@ def main() -> int:
     def base_variants(nq):
         if args.variants == "all":
             return variants(nq) + wgmma_variants(nq)[1:]
-        return VARIANT_SETS[args.variants](nq)
+        vs = VARIANT_SETS[args.variants](nq)
+        if args.only:
+            keep = [x.strip() for x in args.only.split(";")]
+            unknown = [x for x in keep if x not in {name for name, _, _ in vs}]
+            if unknown:
+                ap.error(f"--only {unknown}: not in --variants {args.variants} at nq={nq}; its variants are "
+                         f"{[name for name, _, _ in vs]}")
+            vs = [v for v in vs if v[0] in keep]
+        return vs
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
 
     dev = torch.cuda.current_device()
     arch = S._arch(dev)
     stream = int(torch.cuda.current_stream().cuda_stream)
+
+    def fitted(nq, over):
+        return S.fit_config({**S.default_config(nq, K, args.dtype, D), **over}, K, args.dtype, S.smem_limit(arch),
+                            "ip")
+
+    # Compile every variant up front, in parallel (NVRTC releases the GIL; a wgmma config takes ~15 s alone).
+    # Failures are left for the loop below, which records them.
+    import concurrent.futures as cf
+    import os
+
+    def warm(nq, over):
+        try:
+            S.compile_search(fitted(nq, over), dtype=args.dtype, metric="ip", arch=arch)
+        except TunelabError:
+            pass
+
+    with cf.ThreadPoolExecutor(min(16, os.cpu_count() or 2)) as pool:
+        list(pool.map(lambda a: warm(*a), [(nq, over) for nq, _ in shapes for _, over, _ in variant_list(nq)]))
     rows = []
     for nq, n in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
         corpus = torch.randn(n, D, device="cuda", dtype=tdtype, generator=g)
         queries = torch.randn(nq, D, device="cuda", dtype=tdtype, generator=g)
         zeros = torch.zeros_like(queries)
+        nans = torch.full_like(queries, float("nan"))
         torch_us = None
         if not args.ncu:
             torch_us = summarize(time_callable(lambda: torch.topk(queries @ corpus.T, K, dim=1), samples=30))
-        base = S.default_config(nq, K, args.dtype, D)
         base_idx = None  # the default's indices: every variant must return the same (the same products and order)
         for name, over, splits in variant_list(nq):
             try:
-                cfg = S.fit_config({**base, **over}, K, args.dtype, S.smem_limit(arch), "ip")
+                cfg = fitted(nq, over)
                 comp = S.compile_search(cfg, dtype=args.dtype, metric="ip", arch=arch)
             except TunelabError as exc:
-                rows.append({"nq": nq, "n": n, "variant": name, "config": {**base, **over}, "error": str(exc)[:200]})
+                rows.append({"nq": nq, "n": n, "variant": name, "config": over, "error": str(exc)[:200]})
                 continue
             plan = comp.plan(dev, nq, n, K, splits)
             ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
@@ -232,8 +284,9 @@ def main() -> int:
             ix = torch.empty((nq, K), dtype=torch.int64, device="cuda")
             p_search, p_merge = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan)
             p_zero, _ = comp.prepare(dev, zeros, corpus, K, ck, ci, sc, ix, plan)
+            p_nan, _ = comp.prepare(dev, nans, corpus, K, ck, ci, sc, ix, plan)
             if args.ncu:
-                for p in (p_search, p_zero):
+                for p in (p_search, p_zero, p_nan):
                     p(stream)
                 torch.cuda.synchronize()
                 print(f"launched {name}: grid {plan['q_tiles']}x{plan['splits']}", flush=True)
@@ -247,6 +300,7 @@ def main() -> int:
             samples = 30 if n >= 1_000_000 else 100
             t_search = summarize(time_callable(p_search, samples=samples))
             t_zero = summarize(time_callable(p_zero, samples=samples))
+            t_nan = summarize(time_callable(p_nan, samples=samples))
             t_merge = summarize(time_callable(p_merge, samples=samples))
             _, p_merge_shared = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=2)
             t_merge_shared = summarize(time_callable(p_merge_shared, samples=samples))
@@ -255,13 +309,13 @@ def main() -> int:
                          "tiles_per_split": plan["tiles_per_split"], "registers": res.registers,
                          "blocks_per_sm": comp.blocks_per_sm(dev, K),
                          "resident_blocks": comp.resident_blocks(dev, K), "search_us": t_search,
-                         "mainloop_us": t_zero, "merge_us": t_merge, "merge_shared_us": t_merge_shared,
+                         "mainloop_us": t_zero, "loop_us": t_nan, "merge_us": t_merge, "merge_shared_us": t_merge_shared,
                          "torch_us": torch_us, "index_agreement_with_default": agreement})
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "
-                  f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} "
+                  f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} loop {t_nan['median']:>9.1f} "
                   f"merge {t_merge['median']:>7.1f} ({t_merge_shared['median']:.1f}) torch {torch_us['median']:>9.1f} "
                   f"agree {agreement:.4f}", flush=True)
-        corpus = queries = zeros = None
+        corpus = queries = zeros = nans = None
         torch.cuda.empty_cache()
     if args.ncu:
         return 0
@@ -271,14 +325,14 @@ def main() -> int:
     path = write_result(name, {"rows": rows, "dtype": args.dtype,
                                "from_study": str(args.from_study) if args.from_study else None})
     print(f"wrote {path}")
-    print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'epilogue':>9} {'merge':>7} {'shared':>7} "
-          f"{'torch':>9} {'agree':>6}")
+    print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'loop':>9} {'epilogue':>9} {'merge':>7} "
+          f"{'shared':>7} {'torch':>9} {'agree':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} error: {r['error'][:60]}")
             continue
-        s, m = r["search_us"]["median"], r["mainloop_us"]["median"]
-        print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} {s:>9.1f} {m:>9.1f} {s - m:>9.1f} "
+        s, m, lp = r["search_us"]["median"], r["mainloop_us"]["median"], r["loop_us"]["median"]
+        print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} {s:>9.1f} {m:>9.1f} {lp:>9.1f} {s - lp:>9.1f} "
               f"{r['merge_us']['median']:>7.1f} {r['merge_shared_us']['median']:>7.1f} {r['torch_us']['median']:>9.1f} "
               f"{r['index_agreement_with_default']:>6.4f}")
     return 0

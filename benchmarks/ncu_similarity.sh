@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Nsight Compute counters of the similarity search kernel for one shape of benchmarks/similarity_probe.py:
+# speed of light, pipe utilization (the tensor pipe), and where L2's traffic comes from (SM reads, the link
+# between the two L2 partitions, DRAM). Each variant launches three searches (random, all-zero and all-NaN
+# queries: see the probe's docstring); LAUNCHES limits how many are profiled.
+#   bash benchmarks/ncu_similarity.sh TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES]
+# writes ${OUT:-benchmarks/results}/ncu_similarity_TAG.txt, headed by the commit and the command.
+set -uo pipefail
+if [ $# -lt 4 ]; then
+  echo "usage: $0 TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES]   (SET: a --variants set of similarity_probe.py)" >&2
+  exit 2
+fi
+tag=$1 shape=$2 set=$3 only=$4 launches=${5:-1}
+dir=${OUT:-benchmarks/results}
+mkdir -p "$dir"
+out="$dir/ncu_similarity_$tag.txt"
+commit=${TUNELAB_GIT_COMMIT:-$(cat .tunelab-commit 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)}
+metrics=lts__t_sectors_srcunit_tex.sum,lts__t_sectors_srcunit_tex_lookup_hit.sum,lts__t_sectors_srcunit_ltcfabric.sum
+metrics+=,dram__bytes_read.sum,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed
+metrics+=,lts__lts2xbar_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed
+cmd=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --metrics "$metrics"
+     -k regex:similarity_topk --launch-count "$launches"
+     python3 benchmarks/similarity_probe.py --variants "$set" --only "$only" --ncu "$shape")
+{
+  echo "# ${cmd[*]}"
+  echo "# commit $commit; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+  "${cmd[@]}" 2>&1
+} > "$out"
+rc=$?
+grep -E "similarity_topk<|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Tensor|highest-utilized|sectors|bytes_read|cycles_active" "$out" | cut -c1-150
+exit $rc
