@@ -161,10 +161,10 @@ void topk_check_k(const TopkConfig& c, long long k) {
 
 long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const TopkConfig c = topk_validate(config, dtype, metric);
-    // Mirrors TopkTraits: pipeline ring, score tile, per-warp scratch lists (not with thread lists), row norms
-    // (cosine, l2), per-query {len, sel, thr_key, thr_idx} (thread lists: each part's k-th key), the pre-check's
-    // hit flags [WARPS_N][BLOCK_Q]. Ping-pong (MMA=3) has a score tile and row norms per warpgroup; a cluster's
-    // stages hold topk_query_rows() query rows.
+    // Mirrors TopkTraits: pipeline ring, score tile (thread lists: also the candidate queues), per-warp scratch
+    // lists (not with thread lists), row norms (cosine, l2), per-query {len, sel, thr_key, thr_idx} and the
+    // pre-check's hit flags [WARPS_N][BLOCK_Q] (thread lists: each part's k-th key). Ping-pong (MMA=3) has a score
+    // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows.
     const bool thread_lists = c.merge >= 3;
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
     const long long stage = (c.block_n + tunelab::sim::topk_query_rows(c.block_q, c.cluster)) * row_bytes;
@@ -173,9 +173,9 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const long long score = groups * c.block_q * (epi + 4) * 4;
     const long long scratch = thread_lists ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
     const long long norms = metric != 0 ? groups * c.block_n * 4LL : 0;
-    const long long bars = thread_lists ? tunelab::sim::topk_list_parts(c.threads(), c.block_q, c.mma) * c.block_q * 4LL
-                                        : c.block_q * 16LL;
-    const long long meta = bars + c.warps_n * c.block_q * 4LL;  // + the pre-check's hit flags
+    const long long meta = thread_lists
+                               ? tunelab::sim::topk_list_parts(c.threads(), c.block_q, c.mma) * c.block_q * 4LL
+                               : c.block_q * 16LL + c.warps_n * c.block_q * 4LL;
     return c.stages * stage + score + scratch + norms + meta + tunelab::sim::topk_mbarrier_bytes(c.mma, c.stages);
 }
 

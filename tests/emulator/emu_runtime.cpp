@@ -69,6 +69,7 @@ struct Read {
 };
 struct Word {
   int w_tid = -1, w_epoch = -1, w_wsync = 0;
+  bool w_atomic = false;  // the last write was an atomic (later atomics need no order against it)
   int r_epoch = -1;
   std::vector<Read> reads;
 };
@@ -106,11 +107,13 @@ bool ordered(int tid, int epoch, int wsync) {
   return (tid / 32 == t->warp) && wsync < t->wsync;
 }
 
-void do_write(unsigned off, int bytes) {
+// A write (atomic: a shared atomic, which needs no order against an earlier atomic on the word).
+void do_write(unsigned off, int bytes, bool atomic = false) {
   ++stats.smem_writes;
   for (unsigned w = off / 4; w < (off + bytes + 3) / 4; ++w) {
     Word& x = g_words[w];
-    if (x.w_epoch >= 0 && !ordered(x.w_tid, x.w_epoch, x.w_wsync)) race("write after write", w, x.w_tid);
+    if (x.w_epoch >= 0 && !(atomic && x.w_atomic) && !ordered(x.w_tid, x.w_epoch, x.w_wsync))
+      race("write after write", w, x.w_tid);
     if (x.r_epoch >= 0)
       for (const Read& r : x.reads)
         if (!ordered(r.tid, x.r_epoch, r.wsync)) {
@@ -120,6 +123,7 @@ void do_write(unsigned off, int bytes) {
     x.w_tid = g_cur->tid;
     x.w_epoch = g_cur->epoch;
     x.w_wsync = g_cur->wsync;
+    x.w_atomic = atomic;
     x.reads.clear();
     x.r_epoch = -1;
   }
@@ -161,6 +165,12 @@ void note_smem_write(unsigned off, int bytes) {
   if (off + bytes > static_cast<unsigned>(g_smem_bytes))
     fail("shared write [%u, %u) beyond the %d-byte allocation (thread %d)", off, off + bytes, g_smem_bytes, g_cur->tid);
   do_write(off, bytes);
+}
+
+void note_smem_atomic(unsigned off) {
+  if (off % 4 || off + 4 > static_cast<unsigned>(g_smem_bytes))
+    fail("shared atomic at %u: unaligned or beyond the %d-byte allocation (thread %d)", off, g_smem_bytes, g_cur->tid);
+  do_write(off, 4, true);
 }
 
 void register_global(const void* p, size_t bytes) {

@@ -93,6 +93,8 @@ void warp_collective(const char* op, const void* in, int in_bytes,
 // shared-memory access bookkeeping (race detection); offsets are shared-window byte addresses
 void note_smem_read(unsigned off, int bytes);
 void note_smem_write(unsigned off, int bytes);
+// A 4-byte shared atomic: unordered against other atomics on the word, a race against unordered plain accesses.
+void note_smem_atomic(unsigned off);
 
 void cp_async(unsigned smem_off, const void* src, int bytes, bool pred);
 void cp_async_commit();

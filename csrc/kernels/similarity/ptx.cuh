@@ -1,8 +1,9 @@
 // Device helpers of the similarity family that csrc/kernels/common/ does not provide: tf32 tensor-core MMA
 // and rounding, 16-bit -> fp32 unpacking, warp votes/shuffles and shared-memory scalar accessors.
 //
-// Every shared-memory scalar access of the family goes through lds()/sts(): on the GPU they are plain loads
-// and stores; the CPU emulator (tests/similarity_emulator) replaces this header to check them for races.
+// Every shared-memory scalar access of the family goes through lds()/sts() (and atomic_add_shared()): on the GPU
+// they are plain loads and stores; the CPU emulator (tests/similarity_emulator) replaces this header to check them
+// for races.
 #pragma once
 
 namespace tunelab {
@@ -19,6 +20,8 @@ template <class T>
 __device__ __forceinline__ void sts(T* p, T v) {
   *p = v;
 }
+// Shared-memory atomic add; returns the old value (the candidate queues' slot counts).
+__device__ __forceinline__ int atomic_add_shared(int* p, int v) { return atomicAdd(p, v); }
 // 16-byte shared load of four consecutive floats (p 16-byte aligned).
 __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 

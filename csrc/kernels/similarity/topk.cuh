@@ -38,6 +38,16 @@
 // holds k real candidates of that column, so nothing below that bar is in the column's top k). At the end of a
 // split parts 1.. hand their lists to part 0 through shared memory, which inserts them and writes the split's
 // candidate list.
+//
+// Candidate queues (thread lists): the store-and-scan above costs a score-tile store, a barrier and a scan of the
+// column's rows whenever any key of a column passes, which after the first tiles is every tile somewhere in the
+// block (at nq = 100, ~2k / t keys per column pass in tile t) - on the H200 it took 1.8 ms of the 5.65 ms at
+// N = 10M, nq = 100 and 16 of the 46 ms at nq = 1024, more than ping-pong hides. So the pre-check itself hands
+// over the keys that pass: each thread compares its accumulators with their column's bar and appends a passing
+// (key, index) to the column's queue in the score tile (an atomic slot count; QUEUE_CAP entries), and after one
+// barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (the first tiles of a
+// split, where every key passes) does the tile take the store-and-scan path, over every column. Either way the
+// same keys reach the lists and the exact rule decides, so the result does not depend on the path.
 #pragma once
 
 #include "common/cluster.cuh"
@@ -366,10 +376,14 @@ struct TopkTraits {
   static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
   static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of a tile's corpus rows (per group)
   static constexpr int kMetaOffset = kNormOffset + kGroups * kNormBytes;
-  // {len, sel, thr_key, thr_idx} per query (thread lists: each part's k-th key, [PARTS][BLOCK_Q] floats), then the
-  // pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer each: lane g == 0 of a quad column group in warp
-  // row warp_n)
-  static constexpr int kMetaBytes = (kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16) + kWarpsN * kBlockQ * 4;
+  // {len, sel, thr_key, thr_idx} per query, then the pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer
+  // each: lane g == 0 of a quad column group in warp row warp_n); thread lists: each part's k-th key,
+  // [PARTS][BLOCK_Q] floats (their pre-check fills candidate queues instead of flags)
+  static constexpr int kMetaBytes = kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16 + kWarpsN * kBlockQ * 4;
+  // Thread lists: the candidate queue of query column c lives in the group's score tile, in column c's stretch of
+  // SP floats: keys at [0, QUEUE_CAP), indices at [QUEUE_CAP, 2 QUEUE_CAP), the slot count at EPI (the pitch's
+  // padding, which the store-and-scan path neither writes nor reads, so the count survives it).
+  static constexpr int kQueueCap = kEpiRows / 2 < 32 ? kEpiRows / 2 : 32;
   // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring; MMA=3: then order[2], which hands the
   // tensor cores from one warpgroup's main loop to the other's (see run())
   static constexpr int kBarOffset = kMetaOffset + kMetaBytes;
@@ -432,13 +446,13 @@ struct TopkBlock {
   float* skey;
   int* sidx;
   int* meta;
-  int* hits;  // [WARPS_N][BQ]: this tile has a key that beats column c's threshold, seen by warp row warp_n
+  int* hits;  // shared lists: [WARPS_N][BQ]: this tile has a key that beats column c's threshold, seen by warp row warp_n
   float* lkey;
   int* lidx;
   // thread lists: this thread's column, its part in the tile group (>= PARTS: no list) and in the block, the parts'
   // k-th keys, its own list
   static constexpr int PARTS = Tr::kParts, PR = Tr::kPartRows, LIST_PARTS = Tr::kListParts;
-  static constexpr int HIT_ROWS = Tr::kWarpsN / Tr::kGroups;  // rows of hit flags per tile group (its warps)
+  static constexpr int QCAP = Tr::kQueueCap;
   int tl_col, tl_lpart, tl_part;
   bool tl_live;  // this thread keeps a list: a part of a real (not padding) query column
   float* part_bar;  // [LIST_PARTS][BQ]
@@ -465,7 +479,7 @@ struct TopkBlock {
     sidx = reinterpret_cast<int*>(skey + EPI);
     meta = reinterpret_cast<int*>(smem + Tr::kMetaOffset);
     part_bar = reinterpret_cast<float*>(meta);
-    hits = meta + (Tr::kThreadLists ? LIST_PARTS * BQ : 4 * BQ);
+    hits = meta + 4 * BQ;  // (shared lists only)
     lkey = reinterpret_cast<float*>(smem + Tr::kListOffset);
     lidx = reinterpret_cast<int*>(lkey + (Tr::kThreadLists ? LIST_PARTS - 1 : 2) * BQ * p.k);
     tl_col = gtid % BQ;
@@ -579,20 +593,22 @@ struct TopkBlock {
     }
   }
 
-  // Thread-list epilogue (after a pre-check that found a passing key somewhere in the block): pass by pass, the
-  // score tile is filled, and each thread scans its column's share of the rows against the bar and its own list.
-  // The column's flags and bar are read once, before the first pass's barrier; its parts publish their new k-th
-  // keys and part 0 clears the flags after it (the next pre-check follows the next main loop's barriers, or with
-  // MMA 2, 3 the barrier that opens the next epilogue).
+  // Column c's candidate queue in the tile group's score tile (thread lists; see TopkTraits::kQueueCap).
+  __device__ __forceinline__ float* queue_keys(int c) const { return scores + c * SP; }
+  __device__ __forceinline__ int* queue_idx(int c) const { return reinterpret_cast<int*>(scores + c * SP + QCAP); }
+  __device__ __forceinline__ int* queue_count(int c) const { return reinterpret_cast<int*>(scores + c * SP + EPI); }
+
+  // Thread-list store-and-scan (a candidate queue overflowed: the first tiles of a split): pass by pass, the score
+  // tile is filled, and each thread scans its column's share of the rows against the bar and its own list. The
+  // column's bar is read once, before the first pass's barrier; its parts publish their new k-th keys after the
+  // last pass, and part 0 clears the column's queue count (the next pre-check follows the next main loop's
+  // barriers, or with MMA 2, 3 the barrier that opens the next epilogue).
   __device__ __forceinline__ void thread_list_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                        int tile) {
     const int c = tl_col;
-    const bool mine = tl_live;
-    bool hit = false;
+    const bool hit = tl_live;
     float bar = -f32_inf();
-    if (mine) {
-#pragma unroll
-      for (int wn = 0; wn < HIT_ROWS; ++wn) hit = hit || lds(hits + (grp * HIT_ROWS + wn) * BQ + c) != 0;
+    if (hit) {
       int unused;
       column_bar(c, bar, unused);
     }
@@ -602,10 +618,6 @@ struct TopkBlock {
       if (pass > 0) block_sync();  // the previous pass's scans are done with the score tile
       store_scores(mma, tile, pass);
       block_sync();
-      if (pass == 0 && mine && tl_lpart == 0) {
-#pragma unroll
-        for (int wn = 0; wn < HIT_ROWS; ++wn) sts(hits + (grp * HIT_ROWS + wn) * BQ + c, 0);
-      }
       if (!hit) continue;
       const int r0 = pass * EPI + tl_lpart * PR;  // first tile row this thread scans in this pass
       const float* col = scores + c * SP + tl_lpart * PR;
@@ -635,7 +647,93 @@ struct TopkBlock {
         }
       }
     }
-    if (hit) sts(part_bar + tl_part * BQ + c, tl.bar_key());
+    if (hit) {
+      sts(part_bar + tl_part * BQ + c, tl.bar_key());
+      if (tl_lpart == 0) sts(queue_count(c), 0);
+    }
+  }
+
+  // Thread lists after the main loop: the pre-check appends every key that is at least its column's bar to the
+  // column's queue (keys of rows past n are NaN and padding columns have a NaN bar: neither passes); one barrier
+  // tells whether a queue overflowed, and if none did part 0 of each column inserts its queue into its list
+  // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). The keys are
+  // computed as the store-and-scan path computes them, so both paths offer the same bits.
+  __device__ __forceinline__ void queue_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                                 int tile) {
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = tile * BN;
+    const bool whole = row0 + BN <= p.n;
+    float nrm[MT][2];
+    bool valid[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row_of(mt, h, g);
+        valid[mt][h] = whole || row0 + row < p.n;
+        nrm[mt][h] = 0.f;
+        if constexpr (Tr::kMetric == kCosine) nrm[mt][h] = rsqrtf(fmaxf(lds(norms + row), 1e-24f));
+        if constexpr (Tr::kMetric == kL2) nrm[mt][h] = -lds(norms + row);
+      }
+    }
+    bool overflow = false;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+        float bar = f32_nan();  // padding columns: nothing passes
+        if (q0 + col < p.nq) {
+          int unused;
+          column_bar(col, bar, unused);
+        }
+        float key[MT][2];
+        float top = f32_nan();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float dot = mma.acc[mt][nt][2 * h + e];
+            float kv = dot;
+            if constexpr (Tr::kMetric == kCosine) kv = dot * nrm[mt][h];
+            if constexpr (Tr::kMetric == kL2) kv = fmaf(2.f, dot, nrm[mt][h]);
+            key[mt][h] = valid[mt][h] ? kv : f32_nan();
+            top = fmaxf(top, key[mt][h]);  // fmaxf drops NaN
+          }
+        }
+        if (!(top >= bar)) continue;  // the common case once the lists are full
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (!(key[mt][h] >= bar)) continue;
+            const int slot = atomic_add_shared(queue_count(col), 1);
+            if (slot < QCAP) {
+              sts(queue_keys(col) + slot, key[mt][h]);
+              sts(queue_idx(col) + slot, static_cast<int>(p.index_base + row0 + row_of(mt, h, g)));
+            } else {
+              overflow = true;
+            }
+          }
+        }
+      }
+    }
+    if (block_sync_or(overflow)) {
+      thread_list_epilogue(mma, tile);
+      return;
+    }
+    if (!tl_live || tl_lpart != 0) return;
+    const int c = tl_col;
+    const int m = lds(queue_count(c));
+    if (m == 0) return;
+#pragma unroll 1
+    for (int j = 0; j < m; ++j) {
+      const float key = lds(queue_keys(c) + j);
+      const int id = lds(queue_idx(c) + j);
+      if (tl.admits(key, id)) tl.insert(key, id);
+    }
+    sts(queue_count(c), 0);
+    sts(part_bar + tl_part * BQ + c, tl.bar_key());
   }
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
@@ -659,7 +757,11 @@ struct TopkBlock {
       }
       block_sync();  // every warp needs its rows' norms for the pre-check
     }
-    // Pre-check: does any key of this tile beat its query's current k-th entry? Each thread tests its own
+    if constexpr (Tr::kThreadLists) {
+      queue_epilogue(mma, tile);
+      return;
+    }
+    // Pre-check (shared lists): does any key of this tile beat its query's current k-th entry? Each thread tests its own
     // accumulators with exactly the arithmetic consume() sees (same key, same order), so when nothing passes
     // here nothing would pass there either, and the whole epilogue is skipped - the common case once the
     // lists are full (a key enters with probability ~k / rows seen). A list that is not full has the
@@ -695,10 +797,6 @@ struct TopkBlock {
       }
     }
     if (!block_sync_or(any)) return;
-    if constexpr (Tr::kThreadLists) {
-      thread_list_epilogue(mma, tile);
-      return;
-    }
 #pragma unroll
     for (int pass = 0; pass < Tr::kEpiPasses; ++pass) {
       store_scores(mma, tile, pass);
@@ -921,6 +1019,10 @@ struct TopkBlock {
     if constexpr (Tr::kThreadLists) {
       tl.init(p.k);
       for (int i = tid; i < LIST_PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
+      for (int i = tid; i < Tr::kGroups * BQ; i += Tr::kThreads) {  // every tile group's queue counts
+        float* group_scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset + (i / BQ) * Tr::kScoreBytes);
+        sts(reinterpret_cast<int*>(group_scores + (i % BQ) * SP + EPI), 0);
+      }
     } else {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
@@ -929,7 +1031,9 @@ struct TopkBlock {
         sts(meta + 4 * c + 3, 0x7fffffff);
       }
     }
-    for (int i = tid; i < Tr::kWarpsN * BQ; i += Tr::kThreads) sts(hits + i, 0);
+    if constexpr (!Tr::kThreadLists) {
+      for (int i = tid; i < Tr::kWarpsN * BQ; i += Tr::kThreads) sts(hits + i, 0);
+    }
     // (MMA=2: the barrier that opens every epilogue publishes this to the MMA warps; a ping-pong group's barrier
     // covers only its own warps.)
     if constexpr (Tr::kPingPong) mma_warps_sync();

@@ -248,13 +248,14 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     q_rows = bq if cluster == 1 else -(-bq // (8 * cluster)) * (8 * cluster)
     if c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
         parts = groups * thread_list_parts(32 * warps // groups, bq)
-        scratch, bars, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
-    else:  # per-warp scratch; {len, sel, thr_key, thr_idx} per query; two list buffers per query
-        scratch, bars, lists = warps * epi * 8, bq * 16, 2 * bq * k * 8
+        scratch, meta, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
+    else:  # per-warp scratch; {len, sel, thr_key, thr_idx} per query and the pre-check's hit flags; two list
+        # buffers per query
+        scratch, meta, lists = warps * epi * 8, bq * 16 + c["WARPS_N"] * bq * 4, 2 * bq * k * 8
     # MMA 2, 3: full[] and empty[] of the TMA ring; MMA=3: and order[2]
     mbarriers = 16 * c["STAGES"] + (16 if mma == 3 else 0) if mma >= 2 else 0
-    static = c["STAGES"] * (c["BLOCK_N"] + q_rows) * row + groups * bq * (epi + 4) * 4 + scratch + norms + bars + \
-        c["WARPS_N"] * bq * 4 + mbarriers  # + the pre-check's hit flags
+    static = c["STAGES"] * (c["BLOCK_N"] + q_rows) * row + groups * bq * (epi + 4) * 4 + scratch + norms + meta + \
+        mbarriers
     return static + lists
 
 

@@ -22,6 +22,14 @@ inline void sts(T* p, T v) {
   *p = v;
 }
 
+// Atomics order among themselves; a plain access racing one is still a race (emu::note_smem_atomic).
+inline int atomic_add_shared(int* p, int v) {
+  emu::note_smem_atomic(static_cast<unsigned>(__cvta_generic_to_shared(p)));
+  const int old = *p;  // fibers switch only at collectives and barriers: the read-modify-write is atomic
+  *p = old + v;
+  return old;
+}
+
 inline float4 lds4(const float* p) {
   const unsigned off = static_cast<unsigned>(__cvta_generic_to_shared(p));
   if (off % 16) emu::fail("lds4: shared address %u is not 16-byte aligned", off);
