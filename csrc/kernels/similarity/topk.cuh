@@ -656,7 +656,9 @@ struct TopkBlock {
   // Thread lists after the main loop: the pre-check appends every key that is at least its column's bar to the
   // column's queue (keys of rows past n are NaN and padding columns have a NaN bar: neither passes); one barrier
   // tells whether a queue overflowed, and if none did part 0 of each column inserts its queue into its list
-  // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). The keys are
+  // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). A thread stops
+  // appending once it has seen an overflow or a column whose bar is still -inf (nothing full yet: the queue
+  // would overflow), since the tile then takes the store-and-scan path, which needs no queue. The keys are
   // computed as the store-and-scan path computes them, so both paths offer the same bits.
   __device__ __forceinline__ void queue_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                  int tile) {
@@ -681,11 +683,17 @@ struct TopkBlock {
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
+        if (overflow) continue;  // this tile takes the store-and-scan path: no more atomics
         const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
         float bar = f32_nan();  // padding columns: nothing passes
         if (q0 + col < p.nq) {
           int unused;
           column_bar(col, bar, unused);
+          // no list of the column is full yet: every key passes, more than a queue holds (a split's first tile)
+          if (bar == -f32_inf()) {
+            overflow = true;
+            continue;
+          }
         }
         float key[MT][2];
         float top = f32_nan();
@@ -706,7 +714,7 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            if (!(key[mt][h] >= bar)) continue;
+            if (overflow || !(key[mt][h] >= bar)) continue;
             const int slot = atomic_add_shared(queue_count(col), 1);
             if (slot < QCAP) {
               sts(queue_keys(col) + slot, key[mt][h]);
