@@ -288,7 +288,8 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 // them (its corpus slices stay its own), so L2 serves a query byte once per cluster instead of once per block.
 // (Built to test whether those re-reads bound the MMA=3 loop at nq = 100, where ncu reads 80-84% L2 throughput
 // against 62-65% DRAM: on the H200 they halve the query reads and leave the time and both figures as they were,
-// so the defaults keep CLUSTER = 1; README.) A stage of every block is then written by every producer of the
+// so the defaults keep CLUSTER = 1; README. What bounded the loop was the top-k epilogue: see the candidate
+// queues.) A stage of every block is then written by every producer of the
 // cluster, so it is released to all of them: empty[s] counts the MMA warps of the whole cluster (each arrives on
 // every block's empty[s]), full[s] the block's own producer, whose expected bytes are the stage's (corpus slice
 // and every query part). The blocks of a cluster walk the same number of tiles (tiles_per_split; those past

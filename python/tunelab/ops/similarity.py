@@ -161,6 +161,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       2-23% slower at every nq = 100 shape and no faster at 10M / 1024 (--variants prefetch,
       results/similarity_probe_prefetch.json). Neither is in the
       tuner's space; explicit configs take both.
+    * Re-measured with the thread lists' candidate queues (--variants stream,
+      results/similarity_probe_stream_queues.json): against the ping-pong default, 5 stages are within 2% either
+      way (faster at 1M and 50K, slower at 10M), MMA=2's 256-row tiles 1-44% slower, CLUSTER=2 within 3%, so the
+      defaults stay.
 
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
       per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);
