@@ -44,7 +44,7 @@
 // block (at nq = 100, ~2k / t keys per column pass in tile t) - on the H200 it took 1.8 ms of the 5.65 ms at
 // N = 10M, nq = 100 and 16 of the 46 ms at nq = 1024, more than ping-pong hides. So the pre-check itself hands
 // over the keys that pass: each thread compares its accumulators with their column's bar and appends a passing
-// (key, index) to the column's queue in the score tile (an atomic slot count; QUEUE_CAP entries), and after one
+// (key, index) to the column's queue in the score tile (an atomic slot count; kQueueCap entries), and after one
 // barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (the first tiles of a
 // split, where every key passes) does the tile take the store-and-scan path, over every column. Either way the
 // same keys reach the lists and the exact rule decides, so the result does not depend on the path.
@@ -382,7 +382,7 @@ struct TopkTraits {
   // [PARTS][BLOCK_Q] floats (their pre-check fills candidate queues instead of flags)
   static constexpr int kMetaBytes = kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16 + kWarpsN * kBlockQ * 4;
   // Thread lists: the candidate queue of query column c lives in the group's score tile, in column c's stretch of
-  // SP floats: keys at [0, QUEUE_CAP), indices at [QUEUE_CAP, 2 QUEUE_CAP), the slot count at EPI (the pitch's
+  // SP floats: keys at [0, kQueueCap), indices at [kQueueCap, 2 kQueueCap), the slot count at EPI (the pitch's
   // padding, which the store-and-scan path neither writes nor reads, so the count survives it).
   static constexpr int kQueueCap = kEpiRows / 2 < 32 ? kEpiRows / 2 : 32;
   // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring; MMA=3: then order[2], which hands the
@@ -447,7 +447,7 @@ struct TopkBlock {
   float* skey;
   int* sidx;
   int* meta;
-  int* hits;  // shared lists: [WARPS_N][BQ]: this tile has a key that beats column c's threshold, seen by warp row warp_n
+  int* hits;  // shared lists, [WARPS_N][BQ]: the tile has a key beating column c's threshold, seen by warp row warp_n
   float* lkey;
   int* lidx;
   // thread lists: this thread's column, its part in the tile group (>= PARTS: no list) and in the block, the parts'
@@ -658,9 +658,10 @@ struct TopkBlock {
   // column's queue (keys of rows past n are NaN and padding columns have a NaN bar: neither passes); one barrier
   // tells whether a queue overflowed, and if none did part 0 of each column inserts its queue into its list
   // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). A thread stops
-  // appending once it has seen an overflow or a column whose bar is still -inf (nothing full yet: the queue
-  // would overflow), since the tile then takes the store-and-scan path, which needs no queue. The keys are
-  // computed as the store-and-scan path computes them, so both paths offer the same bits.
+  // appending once it has seen an overflow or a key that passes a bar still at -inf (no list of the column is
+  // full: every key passes, the queue would overflow), since the tile then takes the store-and-scan path, which
+  // needs no queue. The keys are computed as the store-and-scan path computes them, so both paths offer the same
+  // bits.
   __device__ __forceinline__ void queue_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                  int tile) {
     const int g = lane >> 2, t = lane & 3;
@@ -690,11 +691,6 @@ struct TopkBlock {
         if (q0 + col < p.nq) {
           int unused;
           column_bar(col, bar, unused);
-          // no list of the column is full yet: every key passes, more than a queue holds (a split's first tile)
-          if (bar == -f32_inf()) {
-            overflow = true;
-            continue;
-          }
         }
         float key[MT][2];
         float top = f32_nan();
@@ -711,6 +707,10 @@ struct TopkBlock {
           }
         }
         if (!(top >= bar)) continue;  // the common case once the lists are full
+        if (bar == -f32_inf()) {  // no list of the column is full yet: every key passes (a split's first tile)
+          overflow = true;
+          continue;
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -770,8 +770,8 @@ struct TopkBlock {
       queue_epilogue(mma, tile);
       return;
     }
-    // Pre-check (shared lists): does any key of this tile beat its query's current k-th entry? Each thread tests its own
-    // accumulators with exactly the arithmetic consume() sees (same key, same order), so when nothing passes
+    // Pre-check (shared lists): does any key of this tile beat its query's current k-th entry? Each thread tests its
+    // own accumulators with exactly the arithmetic consume() sees (same key, same order), so when nothing passes
     // here nothing would pass there either, and the whole epilogue is skipped - the common case once the
     // lists are full (a key enters with probability ~k / rows seen). A list that is not full has the
     // threshold (-inf, INT_MAX), which every valid key passes, so the full path runs.
