@@ -43,6 +43,8 @@ the pre-check (a bar of key >= k-th key), so every tile runs the store-and-scan 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
+import os
 import sys
 from pathlib import Path
 
@@ -242,15 +244,14 @@ def main() -> int:
     arch = S._arch(dev)
     stream = int(torch.cuda.current_stream().cuda_stream)
 
+    def requested(nq, over):  # a variant's config before fitting it to the shared memory
+        return {**S.default_config(nq, K, args.dtype, D), **over}
+
     def fitted(nq, over):
-        return S.fit_config({**S.default_config(nq, K, args.dtype, D), **over}, K, args.dtype, S.smem_limit(arch),
-                            "ip")
+        return S.fit_config(requested(nq, over), K, args.dtype, S.smem_limit(arch), "ip")
 
     # Compile every variant up front, in parallel (NVRTC releases the GIL; a wgmma config takes ~15 s alone).
     # Failures are left for the loop below, which records them.
-    import concurrent.futures as cf
-    import os
-
     def warm(nq, over):
         try:
             S.compile_search(fitted(nq, over), dtype=args.dtype, metric="ip", arch=arch)
@@ -275,7 +276,7 @@ def main() -> int:
                 cfg = fitted(nq, over)
                 comp = S.compile_search(cfg, dtype=args.dtype, metric="ip", arch=arch)
             except TunelabError as exc:
-                rows.append({"nq": nq, "n": n, "variant": name, "config": over, "error": str(exc)[:200]})
+                rows.append({"nq": nq, "n": n, "variant": name, "config": requested(nq, over), "error": str(exc)[:200]})
                 continue
             plan = comp.plan(dev, nq, n, K, splits)
             ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")

@@ -140,14 +140,17 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
             config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4): each warpgroup keeps "
                               "its own lists; got MERGE=" + std::to_string(c.merge) + " (use MMA=2 for MERGE 0..2)");
     }
-    if (!tunelab::sim::topk_cluster_ok(c.cluster, c.mma))
-        config_error(fam, "CLUSTER=" + std::to_string(c.cluster) + " (blocks sharing query slices by TMA multicast) "
-                          "needs the TMA producer, MMA 2 or 3; got MMA=" + std::to_string(c.mma) +
-                          ": use CLUSTER=1");
-    if (!tunelab::sim::topk_prefetch_ok(c.prefetch, c.mma))
-        config_error(fam, "PREFETCH=" + std::to_string(c.prefetch) + " (L2 prefetch of later corpus tiles by TMA) "
-                          "needs the TMA producer, MMA 2 or 3; got MMA=" + std::to_string(c.mma) +
-                          ": use PREFETCH=0");
+    // options of the TMA producer: anything but their off value needs MMA 2 or 3
+    auto needs_tma = [&](bool ok, const char* name, int value, const char* what, int off) {
+        if (!ok)
+            config_error(fam, std::string(name) + "=" + std::to_string(value) + " (" + what + ") needs the TMA "
+                              "producer, MMA 2 or 3; got MMA=" + std::to_string(c.mma) + ": use " + name + "=" +
+                              std::to_string(off));
+    };
+    needs_tma(tunelab::sim::topk_cluster_ok(c.cluster, c.mma), "CLUSTER", c.cluster,
+              "blocks sharing query slices by TMA multicast", 1);
+    needs_tma(tunelab::sim::topk_prefetch_ok(c.prefetch, c.mma), "PREFETCH", c.prefetch,
+              "L2 prefetch of later corpus tiles by TMA", 0);
     return c;
 }
 

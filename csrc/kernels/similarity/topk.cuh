@@ -275,10 +275,10 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 //   3 (ping-pong, sm_90a): the producer and ring of 2, but each of the two MMA warpgroups owns whole tiles (all
 //     BLOCK_N rows, m64 blocks 0..MT-1), warpgroup w the split's tiles w, w + 2, ... The ring holds the slices in
 //     tile order, and an order barrier per warpgroup makes them take turns on the main loop (see run(): it also
-//     keeps the ring's parity waits exact): while one multiplies its tile, the other runs
-//     the top-k epilogue of its previous one, which no longer stalls the main loop. Each warpgroup has its own
-//     score tile, row norms, hit flags, thread-list parts and named barrier (1 + w); a stage is released by the
-//     4 warps of the warpgroup that read it. The column bars take the maximum over every part of both warpgroups
+//     keeps the ring's parity waits exact): while one multiplies its tile, the other runs the top-k epilogue of its
+//     previous one, which no longer stalls the main loop. Each warpgroup has its own score tile (with its candidate
+//     queues), row norms, thread-list parts and named barrier (1 + w); a stage is released by the 4 warps of the
+//     warpgroup that read it. The column bars take the maximum over every part of both warpgroups
 //     (a part's k-th key bounds the column wherever it was found; a bar read while the other warpgroup raises it
 //     is an older, lower, still valid bar). At the end the parts of both meet as in write_thread_lists().
 //     Thread lists only (MERGE 3, 4): shared lists would need one per warpgroup and query.
@@ -604,12 +604,11 @@ struct TopkBlock {
   // column's bar is read once, before the first pass's barrier; its parts publish their new k-th keys after the
   // last pass, and part 0 clears the column's queue count (the next pre-check follows the next main loop's
   // barriers, or with MMA 2, 3 the barrier that opens the next epilogue).
-  __device__ __forceinline__ void thread_list_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
-                                                       int tile) {
+  __device__ __forceinline__ void store_and_scan(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
     const int c = tl_col;
-    const bool hit = tl_live;
+    const bool mine = tl_live;
     float bar = -f32_inf();
-    if (hit) {
+    if (mine) {
       int unused;
       column_bar(c, bar, unused);
     }
@@ -619,7 +618,7 @@ struct TopkBlock {
       if (pass > 0) block_sync();  // the previous pass's scans are done with the score tile
       store_scores(mma, tile, pass);
       block_sync();
-      if (!hit) continue;
+      if (!mine) continue;
       const int r0 = pass * EPI + tl_lpart * PR;  // first tile row this thread scans in this pass
       const float* col = scores + c * SP + tl_lpart * PR;
       const int id0 = static_cast<int>(p.index_base + row0 + r0);
@@ -648,7 +647,7 @@ struct TopkBlock {
         }
       }
     }
-    if (hit) {
+    if (mine) {
       sts(part_bar + tl_part * BQ + c, tl.bar_key());
       if (tl_lpart == 0) sts(queue_count(c), 0);
     }
@@ -728,7 +727,7 @@ struct TopkBlock {
       }
     }
     if (block_sync_or(overflow)) {
-      thread_list_epilogue(mma, tile);
+      store_and_scan(mma, tile);
       return;
     }
     if (!tl_live || tl_lpart != 0) return;
@@ -752,7 +751,8 @@ struct TopkBlock {
     const int row0 = tile * BN;
     // MMA 0 and 1 pass block barriers in every main-loop slice, so the previous tile's epilogue is over everywhere
     // when this one starts. MMA 2 and 3's main loops have none: wait here until no thread of the tile group still
-    // reads the previous tile's norms or scores, or clears its hit flags after this tile's pre-check set them.
+    // reads the previous tile's norms, scores or queues, or clears hit flags or queue counts after this tile's
+    // pre-check set them.
     if constexpr (Tr::kTmaProducer) block_sync();
     if constexpr (Tr::kNorms) {
       if (warp_q == 0) {  // these warps cover every row of the tile once
@@ -1028,10 +1028,7 @@ struct TopkBlock {
     if constexpr (Tr::kThreadLists) {
       tl.init(p.k);
       for (int i = tid; i < LIST_PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
-      for (int i = tid; i < Tr::kGroups * BQ; i += Tr::kThreads) {  // every tile group's queue counts
-        float* group_scores = reinterpret_cast<float*>(smem + Tr::kScoreOffset + (i / BQ) * Tr::kScoreBytes);
-        sts(reinterpret_cast<int*>(group_scores + (i % BQ) * SP + EPI), 0);
-      }
+      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) sts(queue_count(c), 0);  // this tile group's queues
     } else {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);

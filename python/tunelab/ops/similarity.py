@@ -306,7 +306,7 @@ def canonical_config(config: Mapping[str, Any]) -> dict[str, int]:
 
     The tunables of :data:`PARAM_DEFAULTS` may be left out (configs written before the wgmma main loop, clusters and
     the L2 prefetch existed): they then mean MMA=0 (mma.sync), CLUSTER=1 (no cluster) and PREFETCH=0."""
-    if isinstance(config, Mapping) and not PARAM_DEFAULTS.keys() <= config.keys():
+    if isinstance(config, Mapping):
         config = {**PARAM_DEFAULTS, **config}
     return _config.canonical(config, PARAM_NAMES, PARAM_CHOICES, "similarity")
 
