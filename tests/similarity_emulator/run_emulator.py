@@ -65,8 +65,10 @@ TOPK_SCENARIOS = [
     (4, 3000, 40, 8, 1, 1, 1, 16, 1),       # ... with exact ties
     (13, 700, 40, 10, 1, 0, 1, 13, 1),      # unfused ablation: GEMM + dense merge (ip configs only), exact ties
     (5, 333, 40, 40, 1, 0, 0, 14, 1),
+    (40, 250, 40, 10, 1, 1, 0, 17, 1),      # one split of 1-4 tiles: the first tile's bound decides the answer
+    (40, 250, 40, 16, 2, 1, 0, 18, 1),      # ... at a thread list's capacity (MERGE 3)
 ]
-QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14]
+QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16]
 
 # (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
 GRAM_CONFIGS = [

@@ -45,13 +45,19 @@
 // N = 10M, nq = 100 and 16 of the 46 ms at nq = 1024, more than ping-pong hides. So the pre-check itself hands
 // over the keys that pass: each thread compares its accumulators with their column's bar and appends a passing
 // (key, index) to the column's queue in the score tile (an atomic slot count; kQueueCap entries), and after one
-// barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (the first tiles of a
-// split, where every key passes) does the tile take the store-and-scan path, over every column. Either way the
-// same keys reach the lists and the exact rule decides, so the result does not depend on the path.
+// barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (all-tie input, k near
+// the queue's size) does the tile take the store-and-scan path, over every column. Either way the same keys reach
+// the lists and the exact rule decides, so the result does not depend on the path.
+//
+// Bound pass (thread lists): on a split's first tile no list is full, so every key would pass a bar of -inf and
+// the store-and-scan path would insert most rows one by one (on the H200 at N = 50K, nq = 100, where a split has
+// 3 tiles, the epilogue took 38 of the search's 70 us). Instead the tile first finds a bound per column, the k-th
+// largest of the maxima its accumulator holders offer (bound_pass()), which ~k keys then pass, through the queues.
 #pragma once
 
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
+#include "common/pdl.cuh"
 #include "common/setmaxnreg.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -454,6 +460,11 @@ struct TopkBlock {
   // k-th keys, its own list
   static constexpr int PARTS = Tr::kParts, PR = Tr::kPartRows, LIST_PARTS = Tr::kListParts;
   static constexpr int QCAP = Tr::kQueueCap;
+  // Bound pass (thread lists; see bound_pass()): the threads holding one query column's accumulators in a tile
+  // group (8 lanes of every warp row), each a disjoint set of the tile's rows; the pass needs one float of the
+  // column's score-tile stretch per holder.
+  static constexpr int HOLDERS = 8 * Tr::kGroupWarps / Tr::kWarpsQ;
+  static constexpr bool kBounds = Tr::kThreadLists && HOLDERS <= EPI;
   int tl_col, tl_lpart, tl_part;
   bool tl_live;  // this thread keeps a list: a part of a real (not padding) query column
   float* part_bar;  // [LIST_PARTS][BQ]
@@ -490,12 +501,14 @@ struct TopkBlock {
   }
 
   // The bar of column col that the pre-check tests keys against: its list's k-th entry, or with thread lists the
-  // largest of its parts' k-th keys as (key, INT_MAX), which a key passes when it is >= that key.
+  // largest of its parts' k-th keys and of the tile group's bound for it (column_bound()) as (key, INT_MAX),
+  // which a key passes when it is >= that key. A thread-list bar never falls: each term only rises.
   __device__ __forceinline__ void column_bar(int col, float& tk, int& ti) const {
     if constexpr (Tr::kThreadLists) {
       tk = lds(part_bar + col);
 #pragma unroll
       for (int q = 1; q < LIST_PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
+      if constexpr (kBounds) tk = fmaxf(tk, lds(column_bound(col)));
       ti = 0x7fffffff;
     } else {
       tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
@@ -598,10 +611,92 @@ struct TopkBlock {
   __device__ __forceinline__ float* queue_keys(int c) const { return scores + c * SP; }
   __device__ __forceinline__ int* queue_idx(int c) const { return reinterpret_cast<int*>(scores + c * SP + QCAP); }
   __device__ __forceinline__ int* queue_count(int c) const { return reinterpret_cast<int*>(scores + c * SP + EPI); }
+  // Column c's bound from a bound pass of this tile group (-inf until one sets it), next to the queue count.
+  __device__ __forceinline__ float* column_bound(int c) const { return scores + c * SP + EPI + 1; }
 
-  // Thread-list store-and-scan (a candidate queue overflowed: the first tiles of a split): pass by pass, the score
-  // tile is filled, and each thread scans its column's share of the rows against the bar and its own list. The
-  // column's bar is read once, before the first pass's barrier; its parts publish their new k-th keys after the
+  // Per accumulator row (mt, h) of this thread: whether the row is in the corpus, and the metric's term (cosine:
+  // 1 / max(|c|, 1e-12); l2: -|c|^2), so that key_of() computes a key as the store-and-scan path does.
+  struct RowTerms {
+    float nrm[MT][2];
+    bool valid[MT][2];
+  };
+  __device__ __forceinline__ RowTerms row_terms(int tile) const {
+    const int g = lane >> 2;
+    const int row0 = tile * BN;
+    const bool whole = row0 + BN <= p.n;
+    RowTerms rt;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row_of(mt, h, g);
+        rt.valid[mt][h] = whole || row0 + row < p.n;
+        rt.nrm[mt][h] = 0.f;
+        if constexpr (Tr::kMetric == kCosine) rt.nrm[mt][h] = rsqrtf(fmaxf(lds(norms + row), 1e-24f));
+        if constexpr (Tr::kMetric == kL2) rt.nrm[mt][h] = -lds(norms + row);
+      }
+    }
+    return rt;
+  }
+  // The key of accumulator (mt, nt, 2 h + e): the metric applied, NaN for a row past n.
+  __device__ __forceinline__ float key_of(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                          const RowTerms& rt, int mt, int nt, int h, int e) const {
+    const float dot = mma.acc[mt][nt][2 * h + e];
+    float kv = dot;
+    if constexpr (Tr::kMetric == kCosine) kv = dot * rt.nrm[mt][h];
+    if constexpr (Tr::kMetric == kL2) kv = fmaf(2.f, dot, rt.nrm[mt][h]);
+    return rt.valid[mt][h] ? kv : f32_nan();
+  }
+
+  // Bound pass (thread lists, the first tile of a tile group in a split: no list is full, every key would pass
+  // and the store-and-scan path would insert most of the tile's rows one by one, the whole warp waiting on each
+  // insert). It sets a bound for each column that still has no bar (with ping-pong the other group's lists may
+  // already give one); later tiles need none, since the bound stays. Each holder of a column's accumulators
+  // offers the largest of its keys; the k-th largest of those maxima is a bound: k holders supply k distinct keys
+  // at least as large, which reach the column's lists (through its queue or the store-and-scan path, both of
+  // which take every key >= the bar), so nothing below it is in the column's top k. With 32 holders of 4 rows,
+  // ~11 keys per column then pass at k = 10 (a queue holds 32). The maxima go to the column's score-tile stretch
+  // (the queue's slots: the queue is empty until the pre-check after this pass); one warp per column takes the
+  // k-th largest and stores it as the column's bound. Columns with fewer than k rows that are not NaN keep -inf
+  // (the store-and-scan path takes them).
+  __device__ __forceinline__ void bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                             const RowTerms& rt) {
+    const int g = lane >> 2, t = lane & 3;
+    const int holder = (warp_n % (Tr::kGroupWarps / Tr::kWarpsQ)) * 8 + g;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+        float m = -f32_inf();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) m = fmaxf(m, key_of(mma, rt, mt, nt, h, e));  // fmaxf drops NaN
+        sts(scores + col * SP + holder, m);
+      }
+    }
+    block_sync();
+#pragma unroll 1
+    for (int c = gtid >> 5; c < BQ; c += Tr::kGroupWarps) {
+      if (q0 + c >= p.nq) break;
+      // lane 0 reads the bar for the warp (with ping-pong the other group may raise a part's bar meanwhile, and
+      // lane 0 alone writes the bound)
+      float bar = -f32_inf();
+      int unused;
+      if (lane == 0) column_bar(c, bar, unused);
+      if (shfl_f(bar, 0) != -f32_inf()) continue;
+      float x = -f32_inf();
+      for (int j = lane; j < HOLDERS; j += 32) x = fmaxf(x, lds(scores + c * SP + j));
+      const float tau = warp_kth_largest(x, p.k, lane);
+      if (lane == 0) sts(column_bound(c), tau);
+    }
+    block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
+  }
+
+  // Thread-list store-and-scan (a candidate queue overflowed, or a key passed a bar still at -inf): pass by pass,
+  // the score tile is filled, and each thread scans its column's share of the rows against the bar and its own
+  // list. The column's bar is read once, before the first pass's barrier; its parts publish their new k-th keys after the
   // last pass, and part 0 clears the column's queue count (the next pre-check follows the next main loop's
   // barriers, or with MMA 2, 3 the barrier that opens the next epilogue).
   __device__ __forceinline__ void store_and_scan(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
@@ -656,28 +751,19 @@ struct TopkBlock {
   // Thread lists after the main loop: the pre-check appends every key that is at least its column's bar to the
   // column's queue (keys of rows past n are NaN and padding columns have a NaN bar: neither passes); one barrier
   // tells whether a queue overflowed, and if none did part 0 of each column inserts its queue into its list
-  // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). A thread stops
-  // appending once it has seen an overflow or a key that passes a bar still at -inf (no list of the column is
-  // full: every key passes, the queue would overflow), since the tile then takes the store-and-scan path, which
-  // needs no queue. The keys are computed as the store-and-scan path computes them, so both paths offer the same
-  // bits.
+  // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). A tile group's first
+  // tile of the split (`first`) runs the bound pass before. A thread
+  // stops appending once it has seen an overflow or a key that passes a bar still at -inf (no list of the column
+  // is full and there is no bound: every key passes, the queue would overflow), since the tile then takes the
+  // store-and-scan path, which needs no queue. The keys are computed as the store-and-scan path computes them
+  // (key_of()), so both paths offer the same bits.
   __device__ __forceinline__ void queue_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
-                                                 int tile) {
+                                                 int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
-    const bool whole = row0 + BN <= p.n;
-    float nrm[MT][2];
-    bool valid[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row_of(mt, h, g);
-        valid[mt][h] = whole || row0 + row < p.n;
-        nrm[mt][h] = 0.f;
-        if constexpr (Tr::kMetric == kCosine) nrm[mt][h] = rsqrtf(fmaxf(lds(norms + row), 1e-24f));
-        if constexpr (Tr::kMetric == kL2) nrm[mt][h] = -lds(norms + row);
-      }
+    const RowTerms rt = row_terms(tile);
+    if constexpr (kBounds) {
+      if (first) bound_pass(mma, rt);
     }
     bool overflow = false;
 #pragma unroll
@@ -697,16 +783,12 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float dot = mma.acc[mt][nt][2 * h + e];
-            float kv = dot;
-            if constexpr (Tr::kMetric == kCosine) kv = dot * nrm[mt][h];
-            if constexpr (Tr::kMetric == kL2) kv = fmaf(2.f, dot, nrm[mt][h]);
-            key[mt][h] = valid[mt][h] ? kv : f32_nan();
+            key[mt][h] = key_of(mma, rt, mt, nt, h, e);
             top = fmaxf(top, key[mt][h]);  // fmaxf drops NaN
           }
         }
         if (!(top >= bar)) continue;  // the common case once the lists are full
-        if (bar == -f32_inf()) {  // no list of the column is full yet: every key passes (a split's first tile)
+        if (bar == -f32_inf()) {  // no list of the column is full and no bound: every key passes
           overflow = true;
           continue;
         }
@@ -746,7 +828,8 @@ struct TopkBlock {
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists.
-  __device__ __forceinline__ void epilogue(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
+  __device__ __forceinline__ void epilogue(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
+                                           bool first) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
     // MMA 0 and 1 pass block barriers in every main-loop slice, so the previous tile's epilogue is over everywhere
@@ -767,7 +850,7 @@ struct TopkBlock {
       block_sync();  // every warp needs its rows' norms for the pre-check
     }
     if constexpr (Tr::kThreadLists) {
-      queue_epilogue(mma, tile);
+      queue_epilogue(mma, tile, first);
       return;
     }
     // Pre-check (shared lists): does any key of this tile beat its query's current k-th entry? Each thread tests its
@@ -1028,7 +1111,10 @@ struct TopkBlock {
     if constexpr (Tr::kThreadLists) {
       tl.init(p.k);
       for (int i = tid; i < LIST_PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
-      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) sts(queue_count(c), 0);  // this tile group's queues
+      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {  // this tile group's queues and bounds
+        sts(queue_count(c), 0);
+        if constexpr (kBounds) sts(column_bound(c), -f32_inf());
+      }
     } else {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
@@ -1101,7 +1187,7 @@ struct TopkBlock {
         wg::wait<0>();
         wg::fence_operands(mma.acc);
         release((it - 1) % Tr::kStages);
-        epilogue(mma, tile);
+        epilogue(mma, tile, turn == 0);
         mma.zero();
       }
     } else if constexpr (Tr::kWgmma) {
@@ -1116,7 +1202,7 @@ struct TopkBlock {
         }
         wg::wait<0>();
         wg::fence_operands(mma.acc);
-        epilogue(mma, tile);
+        epilogue(mma, tile, tile == tile_begin);
         mma.zero();
       }
     } else {
@@ -1135,7 +1221,7 @@ struct TopkBlock {
           }
         }
         if (++kc == KT) {
-          epilogue(mma, tile);
+          epilogue(mma, tile, tile == tile_begin);
           mma.zero();
           kc = 0;
           ++tile;
@@ -1177,6 +1263,9 @@ __global__ void __launch_bounds__(Tr::kLaunchThreads, Tr::kMinBlocks) similarity
   // 1024-byte alignment: the wgmma path's SWIZZLE_128B atoms (the kernels declare no static shared memory, so
   // the dynamic window starts at its base)
   extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
+  // The merge kernel that follows is launched programmatically (sm_90) and waits for this grid's completion
+  // itself: let it be scheduled now, so that its blocks are in place when the last split ends.
+  pdl::launch_dependents();
   TopkBlock<Tr> blk(p, tunelab_similarity_smem);
   blk.run();
 }
@@ -1244,6 +1333,7 @@ __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_cons
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k;
+  pdl::wait_primary();  // launched programmatically after the search (sm_90): its lists are complete after this
   float* lists = reinterpret_cast<float*>(tunelab_similarity_smem);           // [WARPS][2][k] keys
   int* lidx = reinterpret_cast<int*>(lists + WARPS * 2 * k);                  // [WARPS][2][k] indices
   int* meta = lidx + WARPS * 2 * k;                                           // [WARPS][4]
@@ -1352,6 +1442,7 @@ __global__ void __launch_bounds__(kMergeListWarps * 32) similarity_merge_lists(c
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k;
+  pdl::wait_primary();  // as similarity_merge
   float* wkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [WARPS][KC]
   int* widx = reinterpret_cast<int*>(wkey + WARPS * KC);             // [WARPS][KC]
   float* qnorm = reinterpret_cast<float*>(widx + WARPS * KC);
