@@ -13,11 +13,14 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
   loop      the same kernel on all-NaN queries: every key is NaN, which never passes the pre-check nor enters a
             list, so no tile runs the top-k epilogue past its pre-check, with any MERGE: the main loop's time. (The
             result is empty lists; only the time is kept.)
-  merge     the merge kernel alone (one block per query over splits x k candidates), the variant picked for k
-            (k = 10: thread lists, kind 0); merge_shared: the shared-list merge (kind 2) on the same lists;
-  total     the search and then the merge, as the op launches them (on sm_90 the merge is a programmatic
-            dependent launch: scheduled while the search runs, it waits for it on the GPU); total_serial: with the
-            merge launched plainly (after the search ends); total_shared: with the shared-list merge kind;
+  merge     the merge kernel alone (one block per query over splits x k candidates), the kind the op picks
+            (params.cuh merge_kind: at k = 10 over the search's lists the shared-list merge, kind 2);
+            merge_lists / merge_shared: the thread-list (kind 0) and shared-list (kind 2) merges on the same lists;
+  total     the search and then the merge, as the op launches them.
+            (A programmatic dependent launch of the merge, griddepcontrol, was measured 15-20 us slower than this
+            at N = 50K and 1M, nq = 100, probe at 4ac82fb, and dropped; probably the merge blocks, scheduled
+            early, piled onto the first SMs the search freed, up to 8 per SM, instead of one per SM. The plain
+            launch's latency is already hidden behind the search.)
   torch     torch.topk(Q @ C.T) on the same inputs, once per shape.
 
 The difference search - loop is what the per-tile top-k epilogue costs (the table's "epilogue"). Results go to
@@ -307,29 +310,23 @@ def main() -> int:
             t_zero = summarize(time_callable(p_zero, samples=samples))
             t_nan = summarize(time_callable(p_nan, samples=samples))
             t_merge = summarize(time_callable(p_merge, samples=samples))
+            _, p_merge_lists = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=0)
+            t_merge_lists = summarize(time_callable(p_merge_lists, samples=samples))
             _, p_merge_shared = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=2)
             t_merge_shared = summarize(time_callable(p_merge_shared, samples=samples))
-            # the whole search as the op runs it (search, then the merge launched programmatically on sm_90), the
-            # same with the merge launched after the search ends, and with the shared-list merge kind
-            _, p_merge_serial = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, programmatic=False)
             t_total = summarize(time_callable(lambda: (p_search(stream), p_merge(stream)), samples=samples))
-            t_total_serial = summarize(time_callable(lambda: (p_search(stream), p_merge_serial(stream)),
-                                                     samples=samples))
-            t_total_shared = summarize(time_callable(lambda: (p_search(stream), p_merge_shared(stream)),
-                                                     samples=samples))
             res = comp.resources
             rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                          "tiles_per_split": plan["tiles_per_split"], "registers": res.registers,
                          "blocks_per_sm": comp.blocks_per_sm(dev, K),
                          "resident_blocks": comp.resident_blocks(dev, K), "search_us": t_search,
-                         "mainloop_us": t_zero, "loop_us": t_nan, "merge_us": t_merge, "merge_shared_us": t_merge_shared,
-                         "programmatic_merge": comp.programmatic_merge, "total_us": t_total,
-                         "total_serial_us": t_total_serial, "total_shared_us": t_total_shared,
+                         "mainloop_us": t_zero, "loop_us": t_nan, "merge_us": t_merge, "merge_lists_us": t_merge_lists,
+                         "merge_shared_us": t_merge_shared, "total_us": t_total,
                          "torch_us": torch_us, "index_agreement_with_default": agreement})
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "
                   f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} loop {t_nan['median']:>9.1f} "
-                  f"merge {t_merge['median']:>7.1f} ({t_merge_shared['median']:.1f}) total {t_total['median']:.1f} "
-                  f"(serial {t_total_serial['median']:.1f}, shared {t_total_shared['median']:.1f}) "
+                  f"merge {t_merge['median']:>7.1f} (lists {t_merge_lists['median']:.1f}, shared "
+                  f"{t_merge_shared['median']:.1f}) total {t_total['median']:.1f} "
                   f"torch {torch_us['median']:>9.1f} "
                   f"agree {agreement:.4f}", flush=True)
         corpus = queries = zeros = nans = None
@@ -345,15 +342,16 @@ def main() -> int:
                                "from_study": str(args.from_study) if args.from_study else None})
     print(f"wrote {path}")
     print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'loop':>9} {'epilogue':>9} {'merge':>7} "
-          f"{'shared':>7} {'total':>9} {'serial':>9} {'t_shared':>9} {'torch':>9} {'agree':>6}")
+          f"{'lists':>7} {'shared':>7} {'total':>9} {'torch':>9} {'agree':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} error: {r['error'][:60]}")
             continue
         s, m, lp = r["search_us"]["median"], r["mainloop_us"]["median"], r["loop_us"]["median"]
         print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} {s:>9.1f} {m:>9.1f} {lp:>9.1f} {s - lp:>9.1f} "
-              f"{r['merge_us']['median']:>7.1f} {r['merge_shared_us']['median']:>7.1f} {r['total_us']['median']:>9.1f} "
-              f"{r['total_serial_us']['median']:>9.1f} {r['total_shared_us']['median']:>9.1f} {r['torch_us']['median']:>9.1f} "
+              f"{r['merge_us']['median']:>7.1f} {r['merge_lists_us']['median']:>7.1f} "
+              f"{r['merge_shared_us']['median']:>7.1f} "
+              f"{r['total_us']['median']:>9.1f} {r['torch_us']['median']:>9.1f} "
               f"{r['index_agreement_with_default']:>6.4f}")
     return 0
 

@@ -97,12 +97,7 @@ struct LaunchDims {
     unsigned block[3] = {1, 1, 1};
     unsigned smem = 0;
     unsigned cluster[3] = {1, 1, 1};  // thread-block cluster (sm_90): more than one block -> cuLaunchKernelEx
-    // Programmatic dependent launch (sm_90, cuLaunchKernelEx): the kernel may be scheduled before the previous
-    // kernel on the stream has finished, and must wait for it (griddepcontrol.wait, kernels/common/pdl.cuh)
-    // before it touches that kernel's data.
-    bool programmatic = false;
     bool clustered() const { return cluster[0] * cluster[1] * cluster[2] > 1; }
-    bool extended() const { return clustered() || programmatic; }
 };
 
 void launch(Function& fn, const LaunchDims& dims, CUstream stream, ArgPack& args);

@@ -146,13 +146,15 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
 
 // The merge kernel's variants ("kinds"), chosen by k and the candidates per query: thread lists of 16 or 32
 // entries (similarity_merge_lists<_, _, 16 or 32>, kMergeListWarps warps) when k fits and there are at least
-// kMergeListsMinCandidates candidates per query (their fixed cost, the bitonic exchanges, needs that many to pay
-// off: on the H200 at k = 10 they took 14.4 us against 16.0 with 131 lists, 47.9 against 24.3 with 33 lists of
-// 1024 queries); else shared lists merged by warps (similarity_merge<_, _, 8 or 4>: above k = 256 eight warps'
-// list buffers, 16 k bytes each, would pass 32 KiB).
+// kMergeListsMinCandidates candidates per query; else shared lists merged by warps (similarity_merge<_, _, 8 or
+// 4>: above k = 256 eight warps' list buffers, 16 k bytes each, would pass 32 KiB). The search's candidate lists
+// (splits x k <= 132 x 32 per query) take the shared lists: on the H200 at k = 10 they take 6.7 us against the
+// thread lists' 12.3-12.4 with 131-132 lists of 1 and 100 queries, 8.8 against 8.9 with 33 lists of 1024
+// (benchmarks/similarity_probe.py, results/similarity_probe_stream_bounds.json). The rows of a dense score
+// matrix (the unfused ablation: N candidates per query) keep the thread lists.
 enum : int { kMergeLists16 = 0, kMergeLists32 = 1, kMergeShared8 = 2, kMergeShared4 = 3 };
 constexpr int kMergeListWarps = 8;
-constexpr long long kMergeListsMinCandidates = 512;
+constexpr long long kMergeListsMinCandidates = 16384;
 TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates) {
   return k <= 32 && candidates >= kMergeListsMinCandidates ? (k <= 16 ? 0 : 1) : k <= 256 ? 2 : 3;
 }

@@ -57,7 +57,6 @@
 
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
-#include "common/pdl.cuh"
 #include "common/setmaxnreg.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -67,21 +66,32 @@
 namespace tunelab {
 namespace sim {
 
-// The k-th largest (1 <= k <= 32) of one value per lane: bitonic sort across lanes, descending.
-// Values must not be NaN (fmaxf/fminf would drop them).
-__device__ __forceinline__ float warp_kth_largest(float x, int k, int lane) {
+// The k-th largest (1 <= k <= 32) of one value per lane, for N values per lane at once (x[i] of every lane: N
+// independent selections, whose shuffle chains hide each other's latency): bitonic sort across lanes, descending;
+// every lane gets the results in x. Values must not be NaN (fmaxf/fminf would drop them).
+template <int N>
+__device__ __forceinline__ void warp_kth_largest_n(float (&x)[N], int k, int lane) {
 #pragma unroll
   for (int size = 2; size <= 32; size <<= 1) {
 #pragma unroll
     for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      const float o = shfl_xor_f(x, stride);
       // in a descending block the lower lane of each pair keeps the max; blocks alternate direction until
       // the final merge (size 32), which is descending for every lane
       const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);
-      x = keep_max ? fmaxf(x, o) : fminf(x, o);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const float o = shfl_xor_f(x[i], stride);
+        x[i] = keep_max ? fmaxf(x[i], o) : fminf(x[i], o);
+      }
     }
   }
-  return shfl_f(x, k - 1);
+#pragma unroll
+  for (int i = 0; i < N; ++i) x[i] = shfl_f(x[i], k - 1);
+}
+__device__ __forceinline__ float warp_kth_largest(float x, int k, int lane) {
+  float v[1] = {x};
+  warp_kth_largest_n<1>(v, k, lane);
+  return v[0];
 }
 
 // Number of entries of the sorted list (best first) that are better than (ek, ei): a prefix length.
@@ -677,28 +687,42 @@ struct TopkBlock {
       }
     }
     block_sync();
+    // A warp takes B columns at a time (one selection's shuffle chain is latency-bound: on the H200 one column
+    // at a time made the pass ~6 us at nq = 100; 8 at once spill next to 128 query columns' accumulators). Lane 0
+    // reads the bars for the warp (with ping-pong the other group may raise a part's bar meanwhile) and alone
+    // writes the bounds.
+    constexpr int B = NT > 13 ? 4 : 8;
 #pragma unroll 1
-    for (int c = gtid >> 5; c < BQ; c += Tr::kGroupWarps) {
-      if (q0 + c >= p.nq) break;
-      // lane 0 reads the bar for the warp (with ping-pong the other group may raise a part's bar meanwhile, and
-      // lane 0 alone writes the bound)
-      float bar = -f32_inf();
-      int unused;
-      if (lane == 0) column_bar(c, bar, unused);
-      if (shfl_f(bar, 0) != -f32_inf()) continue;
-      float x = -f32_inf();
-      for (int j = lane; j < HOLDERS; j += 32) x = fmaxf(x, lds(scores + c * SP + j));
-      const float tau = warp_kth_largest(x, p.k, lane);
-      if (lane == 0) sts(column_bound(c), tau);
+    for (int c0 = gtid >> 5; c0 < BQ; c0 += B * Tr::kGroupWarps) {
+      float x[B];
+      bool need[B];
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int c = c0 + b * Tr::kGroupWarps;
+        float bar = 0.f;  // padding and past-the-tile columns: no bound
+        int unused;
+        if (lane == 0 && c < BQ && q0 + c < p.nq) column_bar(c, bar, unused);
+        need[b] = shfl_f(bar, 0) == -f32_inf();
+        x[b] = -f32_inf();
+        if (need[b]) {
+          for (int j = lane; j < HOLDERS; j += 32) x[b] = fmaxf(x[b], lds(scores + c * SP + j));
+        }
+      }
+      warp_kth_largest_n<B>(x, p.k, lane);
+      if (lane == 0) {
+#pragma unroll
+        for (int b = 0; b < B; ++b)
+          if (need[b]) sts(column_bound(c0 + b * Tr::kGroupWarps), x[b]);
+      }
     }
     block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
   }
 
   // Thread-list store-and-scan (a candidate queue overflowed, or a key passed a bar still at -inf): pass by pass,
   // the score tile is filled, and each thread scans its column's share of the rows against the bar and its own
-  // list. The column's bar is read once, before the first pass's barrier; its parts publish their new k-th keys after the
-  // last pass, and part 0 clears the column's queue count (the next pre-check follows the next main loop's
-  // barriers, or with MMA 2, 3 the barrier that opens the next epilogue).
+  // list. The column's bar is read once, before the first pass's barrier; its parts publish their new k-th keys
+  // after the last pass, and part 0 clears the column's queue count (the next pre-check follows the next main
+  // loop's barriers, or with MMA 2, 3 the barrier that opens the next epilogue).
   __device__ __forceinline__ void store_and_scan(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
     const int c = tl_col;
     const bool mine = tl_live;
@@ -1263,9 +1287,6 @@ __global__ void __launch_bounds__(Tr::kLaunchThreads, Tr::kMinBlocks) similarity
   // 1024-byte alignment: the wgmma path's SWIZZLE_128B atoms (the kernels declare no static shared memory, so
   // the dynamic window starts at its base)
   extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
-  // The merge kernel that follows is launched programmatically (sm_90) and waits for this grid's completion
-  // itself: let it be scheduled now, so that its blocks are in place when the last split ends.
-  pdl::launch_dependents();
   TopkBlock<Tr> blk(p, tunelab_similarity_smem);
   blk.run();
 }
@@ -1333,7 +1354,6 @@ __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_cons
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k;
-  pdl::wait_primary();  // launched programmatically after the search (sm_90): its lists are complete after this
   float* lists = reinterpret_cast<float*>(tunelab_similarity_smem);           // [WARPS][2][k] keys
   int* lidx = reinterpret_cast<int*>(lists + WARPS * 2 * k);                  // [WARPS][2][k] indices
   int* meta = lidx + WARPS * 2 * k;                                           // [WARPS][4]
@@ -1442,7 +1462,6 @@ __global__ void __launch_bounds__(kMergeListWarps * 32) similarity_merge_lists(c
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k;
-  pdl::wait_primary();  // as similarity_merge
   float* wkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [WARPS][KC]
   int* widx = reinterpret_cast<int*>(wkey + WARPS * KC);             // [WARPS][KC]
   float* qnorm = reinterpret_cast<float*>(widx + WARPS * KC);

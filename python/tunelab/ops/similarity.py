@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -495,33 +494,23 @@ class CompiledSearch:
         grid, block, smem, pack = self.search_args(*args, **kwargs)
         self.functions(device)[0].launch(grid, block, smem, stream, pack, cluster=self.cluster_dims)
 
-    @property
-    def programmatic_merge(self) -> bool:
-        """Whether merge kernels are launched programmatically (sm_90 and newer): the merge may be scheduled while
-        the kernel before it on the stream (the search) still runs and waits for it on the GPU, so its launch
-        latency overlaps the search's tail (kernels/common/pdl.cuh)."""
-        return int(re.match(r"sm_(\d+)", self.arch).group(1)) >= 90
-
     def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
-        """Launch the merge kernel of the kind :meth:`merge_args` picks for k on ``device`` and ``stream``
-        (programmatically where :attr:`programmatic_merge`); the other arguments are :meth:`merge_args`'s."""
+        """Launch the merge kernel of the kind :meth:`merge_args` picks for k on ``device`` and ``stream``; the
+        other arguments are :meth:`merge_args`'s."""
         grid, block, smem, pack, kind = self.merge_args(*args, **kwargs)
-        self.merge_function(device, kind).launch(grid, block, smem, stream, pack,
-                                                 programmatic=self.programmatic_merge)
+        self.merge_function(device, kind).launch(grid, block, smem, stream, pack)
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict,
-                merge_kind: int | None = None, programmatic: bool | None = None):
+                merge_kind: int | None = None):
         """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer (``merge_kind``: as
-        :meth:`merge_args`'s ``kind``; ``programmatic``: launch the merge programmatically, default
-        :attr:`programmatic_merge`)."""
+        :meth:`merge_args`'s ``kind``)."""
         n = corpus.shape[0]
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=self.cluster_dims)
         grid, block, smem, pack, kind = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
                                                         out_score=scores, out_index=indices, kind=merge_kind)
-        programmatic = self.programmatic_merge if programmatic is None else bool(programmatic)
-        p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack, programmatic=programmatic)
+        p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack)
         return p1, p2
 
 
