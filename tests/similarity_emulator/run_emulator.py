@@ -162,6 +162,7 @@ def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | No
                 binaries[key] = fut.result()
             except RuntimeError as exc:
                 failures.append(str(exc))
+                log(f"FAIL {exc}")
         runs = {}
         for d, c, args in todo:
             if (d, c) in binaries:
