@@ -63,17 +63,9 @@ __device__ __forceinline__ unsigned shfl_xor_u(unsigned v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
 }
 __device__ __forceinline__ float shfl_f(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
-__device__ __forceinline__ int shfl_i(int v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 __device__ __forceinline__ void syncwarp() { __syncwarp(0xffffffffu); }
 __device__ __forceinline__ int popc(unsigned v) { return __popc(v); }
 __device__ __forceinline__ unsigned lanemask_lt(int lane) { return (1u << lane) - 1u; }
-// threadIdx.x read from its special register each time (volatile: the compiler may not keep values derived from
-// it in registers across loops, such as an mbarrier address through the search's main loop).
-__device__ __forceinline__ unsigned tid_reg() {
-  unsigned t;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
-  return t;
-}
 
 }  // namespace sim
 }  // namespace tunelab

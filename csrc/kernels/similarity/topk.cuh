@@ -776,10 +776,13 @@ struct TopkBlock {
   // column's queue (keys of rows past n are NaN and padding columns have a NaN bar: neither passes); one barrier
   // tells whether a queue overflowed, and if none did part 0 of each column inserts its queue into its list
   // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). A tile group's first
-  // tile of the split (`first`) runs the bound pass before. A key that passes a bar still at -inf (no list of the
-  // column is full and there is no bound: every key passes, the queue would overflow) is not appended: it sends
-  // the tile to the store-and-scan path, which needs no queue. The keys are computed as the store-and-scan path
-  // computes them (key_of()), so both paths offer the same bits.
+  // tile of the split (`first`) runs the bound pass before. A thread
+  // stops appending once it has seen an overflow or a key that passes a bar still at -inf (no list of the column
+  // is full and there is no bound: every key passes, the queue would overflow), since the tile then takes the
+  // store-and-scan path, which needs no queue. The keys are computed as the store-and-scan path computes them
+  // (key_of()), so both paths offer the same bits. (Warp-aggregated appends, a ballot per accumulator and one
+  // atomic per column and warp in uniform control flow, were measured at 7b3fe87 and dropped: no faster at 50K /
+  // 100, 5% slower at 1M / 100, 1.7x slower on all-tie input; results/similarity_probe_stream_aggregated.json.)
   __device__ __forceinline__ void queue_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                  int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
@@ -788,18 +791,12 @@ struct TopkBlock {
     if constexpr (kBounds) {
       if (first) bound_pass(mma, rt);
     }
-    // Appends are warp-aggregated: the 8 lanes with the same t hold rows of the same column, so each key's slot
-    // among the warp's passing keys of its column comes from ballots, and one lane per column (g = 0) reserves
-    // them all with one atomic. Control flow stays uniform across the warp (a column no lane passes is skipped
-    // as a whole): on a split's first tiles, where ~10 keys per column pass, per-key atomics in divergent branches
-    // made this pre-check cost more than the main loop (ncu at N = 50K, nq = 100).
-    const unsigned below = lanemask_lt(lane);
-    const unsigned seg = 0x11111111u << t;  // the lanes holding this lane's columns (lane = 4 g + t)
     bool overflow = false;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
+        if (overflow) continue;  // this tile takes the store-and-scan path: no more atomics
         const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
         float bar = f32_nan();  // padding columns: nothing passes
         if (q0 + col < p.nq) {
@@ -816,32 +813,17 @@ struct TopkBlock {
             top = fmaxf(top, key[mt][h]);  // fmaxf drops NaN
           }
         }
-        bool any = top >= bar;
-        if (any && bar == -f32_inf()) {  // no list of the column is full and no bound: every key passes
+        if (!(top >= bar)) continue;  // the common case once the lists are full
+        if (bar == -f32_inf()) {  // no list of the column is full and no bound: every key passes
           overflow = true;
-          any = false;
+          continue;
         }
-        if (ballot(any) == 0) continue;  // the common case once the lists are full
-        unsigned mask[MT][2];  // the segment's lanes whose key (mt, h) passes
-        int total = 0;         // passing keys of this lane's column in the warp
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            mask[mt][h] = ballot(any && key[mt][h] >= bar) & seg;
-            total += popc(mask[mt][h]);
-          }
-        }
-        int base = 0;
-        if (g == 0 && total > 0) base = atomic_add_shared(queue_count(col), total);
-        base = shfl_i(base, t);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int slot = base + popc(mask[mt][h] & below);
-            base += popc(mask[mt][h]);
-            if (!((mask[mt][h] >> lane) & 1u)) continue;
+            if (overflow || !(key[mt][h] >= bar)) continue;
+            const int slot = atomic_add_shared(queue_count(col), 1);
             if (slot < QCAP) {
               sts(queue_keys(col) + slot, key[mt][h]);
               sts(queue_idx(col) + slot, static_cast<int>(p.index_base + row0 + row_of(mt, h, g)));
@@ -1226,9 +1208,7 @@ struct TopkBlock {
           if (kc > 0) release((it - 1) % Tr::kStages);
         }
         if constexpr (Tr::kPingPong) {
-          // this warp has passed every full[] wait of the tile. (The group is read again from %tid rather than
-          // kept: a register holding this address through the main loop spilled at nq = 1024.)
-          if (lane == 0) mbar::arrive(order_bar(1 - static_cast<int>(tid_reg() / (32 * Tr::kGroupWarps))));
+          if (lane == 0) mbar::arrive(order_bar(1 - grp));  // this warp has passed every full[] wait of the tile
         }
         wg::wait<0>();
         wg::fence_operands(mma.acc);
