@@ -666,9 +666,9 @@ struct TopkBlock {
   // at least as large, which reach the column's lists (through its queue or the store-and-scan path, both of
   // which take every key >= the bar), so nothing below it is in the column's top k. With 32 holders of 4 rows,
   // ~11 keys per column then pass at k = 10 (a queue holds 32). The maxima go to the column's score-tile stretch
-  // (the queue's slots: the queue is empty until the pre-check after this pass); one warp per column takes the
-  // k-th largest and stores it as the column's bound. Columns with fewer than k rows that are not NaN keep -inf
-  // (the store-and-scan path takes them).
+  // (the queue's slots: the queue is empty until the pre-check after this pass); a warp takes the k-th largest
+  // of each of its columns' maxima and stores it as the column's bound. Columns with fewer than k rows that are
+  // not NaN keep -inf (the store-and-scan path takes them).
   __device__ __forceinline__ void bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                              const RowTerms& rt) {
     const int g = lane >> 2, t = lane & 3;
@@ -776,13 +776,13 @@ struct TopkBlock {
   // column's queue (keys of rows past n are NaN and padding columns have a NaN bar: neither passes); one barrier
   // tells whether a queue overflowed, and if none did part 0 of each column inserts its queue into its list
   // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). A tile group's first
-  // tile of the split (`first`) runs the bound pass before. A thread
-  // stops appending once it has seen an overflow or a key that passes a bar still at -inf (no list of the column
-  // is full and there is no bound: every key passes, the queue would overflow), since the tile then takes the
-  // store-and-scan path, which needs no queue. The keys are computed as the store-and-scan path computes them
-  // (key_of()), so both paths offer the same bits. (Warp-aggregated appends, a ballot per accumulator and one
-  // atomic per column and warp in uniform control flow, were measured at 7b3fe87 and dropped: no faster at 50K /
-  // 100, 5% slower at 1M / 100, 1.7x slower on all-tie input; results/similarity_probe_stream_aggregated.json.)
+  // tile of the split (`first`) runs the bound pass before. A thread stops appending once it has seen an overflow
+  // or a key that passes a bar still at -inf (no list of the column is full and there is no bound: every key
+  // passes, the queue would overflow), since the tile then takes the store-and-scan path, which needs no queue.
+  // The keys are computed as the store-and-scan path computes them (key_of()), so both paths offer the same bits.
+  // (Warp-aggregated appends, a ballot per accumulator and one atomic per column and warp in uniform control flow,
+  // were measured at 7b3fe87 and dropped: no faster at 50K / 100, 5% slower at 1M / 100, 1.7x slower on all-tie
+  // input; results/similarity_probe_stream_aggregated.json.)
   __device__ __forceinline__ void queue_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                  int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
@@ -853,7 +853,8 @@ struct TopkBlock {
   }
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
-  // then each warp turns its columns into keys (metric applied) and offers them to their running lists.
+  // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
+  // the tile group's first tile of the split (thread lists run the bound pass on it).
   __device__ __forceinline__ void epilogue(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
                                            bool first) {
     const int g = lane >> 2, t = lane & 3;
