@@ -13,9 +13,9 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
   loop      the same kernel on all-NaN queries: every key is NaN, which never passes the pre-check nor enters a
             list, so no tile runs the top-k epilogue past its pre-check, with any MERGE: the main loop's time. (The
             result is empty lists; only the time is kept.)
-  merge     the merge kernel alone (one block per query over splits x k candidates), the kind the op picks
-            (params.cuh merge_kind: at k = 10 over the search's lists the shared-list merge, kind 2);
-            merge_lists / merge_shared: the thread-list (kind 0) and shared-list (kind 2) merges on the same lists;
+  merge     the merge kernel alone (one block per query over splits x k candidates): merge_lists / merge_shared
+            the thread-list (kind 0) and shared-list (kind 2) merges on the same lists, and merge the one of them
+            the op picks (merge_kind; params.cuh: at k = 10 over the search's lists the shared-list merge);
   total     the search and then the merge, as the op launches them.
             (A programmatic dependent launch of the merge, griddepcontrol, was measured 15-20 us slower than this
             at N = 50K and 1M, nq = 100, probe at 4ac82fb, and dropped; probably the merge blocks, scheduled
@@ -309,18 +309,20 @@ def main() -> int:
             t_search = summarize(time_callable(p_search, samples=samples))
             t_zero = summarize(time_callable(p_zero, samples=samples))
             t_nan = summarize(time_callable(p_nan, samples=samples))
-            t_merge = summarize(time_callable(p_merge, samples=samples))
-            _, p_merge_lists = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=0)
-            t_merge_lists = summarize(time_callable(p_merge_lists, samples=samples))
-            _, p_merge_shared = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=2)
-            t_merge_shared = summarize(time_callable(p_merge_shared, samples=samples))
+            t_kind = {}  # the thread-list (0) and shared-list (2) merges; the op picks one of them at k = 10
+            for kind in (0, 2):
+                _, p_kind = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=kind)
+                t_kind[kind] = summarize(time_callable(p_kind, samples=samples))
+            op_kind = comp.merge_args(ck, ci, queries, K, plan["splits"])[4]
+            t_merge, t_merge_lists, t_merge_shared = t_kind[op_kind], t_kind[0], t_kind[2]
             t_total = summarize(time_callable(lambda: (p_search(stream), p_merge(stream)), samples=samples))
             res = comp.resources
             rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                          "tiles_per_split": plan["tiles_per_split"], "registers": res.registers,
                          "blocks_per_sm": comp.blocks_per_sm(dev, K),
                          "resident_blocks": comp.resident_blocks(dev, K), "search_us": t_search,
-                         "mainloop_us": t_zero, "loop_us": t_nan, "merge_us": t_merge, "merge_lists_us": t_merge_lists,
+                         "mainloop_us": t_zero, "loop_us": t_nan, "merge_kind": op_kind, "merge_us": t_merge,
+                         "merge_lists_us": t_merge_lists,
                          "merge_shared_us": t_merge_shared, "total_us": t_total,
                          "torch_us": torch_us, "index_agreement_with_default": agreement})
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "

@@ -19,5 +19,6 @@ tail -3 "$OUT/install.log"
 python3 -m pytest -m gpu -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -${PYTEST_TAIL:-15}
 for bench in "$@"; do
   echo "== $bench"
-  python3 $bench 2>&1 | tee "$OUT/$(basename "${bench%% *}" .py).log" | tail -${BENCH_TAIL:-25}
+  # eval: an argument may carry quoted words, e.g. "benchmarks/similarity_probe.py --only 'default;pp BN=128,S=6'"
+  eval "python3 $bench" 2>&1 | tee "$OUT/$(basename "${bench%% *}" .py).log" | tail -${BENCH_TAIL:-25}
 done

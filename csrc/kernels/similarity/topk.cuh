@@ -510,20 +510,25 @@ struct TopkBlock {
     tl_live = Tr::kThreadLists && tl_lpart < PARTS && q0 + tl_col < p.nq;
   }
 
-  // The bar of column col that the pre-check tests keys against: its list's k-th entry, or with thread lists the
-  // largest of its parts' k-th keys and of the tile group's bound for it (column_bound()) as (key, INT_MAX),
-  // which a key passes when it is >= that key. A thread-list bar never falls: each term only rises.
+  // Shared lists: the bar of column col that the pre-check tests keys against, its list's k-th entry.
   __device__ __forceinline__ void column_bar(int col, float& tk, int& ti) const {
-    if constexpr (Tr::kThreadLists) {
-      tk = lds(part_bar + col);
+    tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
+    ti = lds(meta + 4 * col + 3);
+  }
+  // Thread lists: column col's bar, the largest of its parts' bars (each part's k-th key, or for a tile group's
+  // part 0 a bound from the bound pass, whichever is larger), which a key passes when it is >= it. It never falls:
+  // every part's bar only rises.
+  __device__ __forceinline__ float list_bar(int col) const {
+    float tk = lds(part_bar + col);
 #pragma unroll
-      for (int q = 1; q < LIST_PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
-      if constexpr (kBounds) tk = fmaxf(tk, lds(column_bound(col)));
-      ti = 0x7fffffff;
-    } else {
-      tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
-      ti = lds(meta + 4 * col + 3);
-    }
+    for (int q = 1; q < LIST_PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
+    return tk;
+  }
+  // This thread's part publishes its list's k-th key as its bar (kept when its bar is higher: part 0's may be a
+  // bound its list has not reached).
+  __device__ __forceinline__ void publish_bar() const {
+    float* slot = part_bar + tl_part * BQ + tl_col;
+    sts(slot, fmaxf(lds(slot), tl.bar_key()));
   }
 
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
@@ -621,8 +626,6 @@ struct TopkBlock {
   __device__ __forceinline__ float* queue_keys(int c) const { return scores + c * SP; }
   __device__ __forceinline__ int* queue_idx(int c) const { return reinterpret_cast<int*>(scores + c * SP + QCAP); }
   __device__ __forceinline__ int* queue_count(int c) const { return reinterpret_cast<int*>(scores + c * SP + EPI); }
-  // Column c's bound from a bound pass of this tile group (-inf until one sets it), next to the queue count.
-  __device__ __forceinline__ float* column_bound(int c) const { return scores + c * SP + EPI + 1; }
 
   // Per accumulator row (mt, h) of this thread: whether the row is in the corpus, and the metric's term (cosine:
   // 1 / max(|c|, 1e-12); l2: -|c|^2), so that key_of() computes a key as the store-and-scan path does.
@@ -667,8 +670,9 @@ struct TopkBlock {
   // which take every key >= the bar), so nothing below it is in the column's top k. With 32 holders of 4 rows,
   // ~11 keys per column then pass at k = 10 (a queue holds 32). The maxima go to the column's score-tile stretch
   // (the queue's slots: the queue is empty until the pre-check after this pass); a warp takes the k-th largest
-  // of each of its columns' maxima and stores it as the column's bound. Columns with fewer than k rows that are
-  // not NaN keep -inf (the store-and-scan path takes them).
+  // of each of its columns' maxima and stores it as the bar of the tile group's part 0 (publish_bar() keeps it
+  // until that part's list passes it). Columns with fewer than k rows that are not NaN keep -inf (the
+  // store-and-scan path takes them).
   __device__ __forceinline__ void bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                              const RowTerms& rt) {
     const int g = lane >> 2, t = lane & 3;
@@ -700,8 +704,7 @@ struct TopkBlock {
       for (int b = 0; b < B; ++b) {
         const int c = c0 + b * Tr::kGroupWarps;
         float bar = 0.f;  // padding and past-the-tile columns: no bound
-        int unused;
-        if (lane == 0 && c < BQ && q0 + c < p.nq) column_bar(c, bar, unused);
+        if (lane == 0 && c < BQ && q0 + c < p.nq) bar = list_bar(c);
         need[b] = shfl_f(bar, 0) == -f32_inf();
         x[b] = -f32_inf();
         if (need[b]) {
@@ -712,7 +715,7 @@ struct TopkBlock {
       if (lane == 0) {
 #pragma unroll
         for (int b = 0; b < B; ++b)
-          if (need[b]) sts(column_bound(c0 + b * Tr::kGroupWarps), x[b]);
+          if (need[b]) sts(part_bar + grp * PARTS * BQ + c0 + b * Tr::kGroupWarps, x[b]);  // part 0's bar
       }
     }
     block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
@@ -726,11 +729,7 @@ struct TopkBlock {
   __device__ __forceinline__ void store_and_scan(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
     const int c = tl_col;
     const bool mine = tl_live;
-    float bar = -f32_inf();
-    if (mine) {
-      int unused;
-      column_bar(c, bar, unused);
-    }
+    const float bar = mine ? list_bar(c) : -f32_inf();
     const int row0 = tile * BN;
 #pragma unroll
     for (int pass = 0; pass < Tr::kEpiPasses; ++pass) {
@@ -767,7 +766,7 @@ struct TopkBlock {
       }
     }
     if (mine) {
-      sts(part_bar + tl_part * BQ + c, tl.bar_key());
+      publish_bar();
       if (tl_lpart == 0) sts(queue_count(c), 0);
     }
   }
@@ -798,11 +797,7 @@ struct TopkBlock {
       for (int e = 0; e < 2; ++e) {
         if (overflow) continue;  // this tile takes the store-and-scan path: no more atomics
         const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
-        float bar = f32_nan();  // padding columns: nothing passes
-        if (q0 + col < p.nq) {
-          int unused;
-          column_bar(col, bar, unused);
-        }
+        const float bar = q0 + col < p.nq ? list_bar(col) : f32_nan();  // padding columns: nothing passes
         float key[MT][2];
         float top = f32_nan();
 #pragma unroll
@@ -849,7 +844,7 @@ struct TopkBlock {
       if (tl.admits(key, id)) tl.insert(key, id);
     }
     sts(queue_count(c), 0);
-    sts(part_bar + tl_part * BQ + c, tl.bar_key());
+    publish_bar();
   }
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
@@ -1138,10 +1133,7 @@ struct TopkBlock {
     if constexpr (Tr::kThreadLists) {
       tl.init(p.k);
       for (int i = tid; i < LIST_PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
-      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {  // this tile group's queues and bounds
-        sts(queue_count(c), 0);
-        if constexpr (kBounds) sts(column_bound(c), -f32_inf());
-      }
+      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) sts(queue_count(c), 0);  // this tile group's queues
     } else {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
