@@ -515,21 +515,19 @@ struct TopkBlock {
     tk = lds(reinterpret_cast<const float*>(meta + 4 * col + 2));
     ti = lds(meta + 4 * col + 3);
   }
-  // Thread lists: column col's bar, the largest of its parts' bars (each part's k-th key, or for a tile group's
-  // part 0 a bound from the bound pass, whichever is larger), which a key passes when it is >= it. It never falls:
-  // every part's bar only rises.
+  // Thread lists: column col's bar, the largest of its parts' k-th keys and of this tile group's bound for it
+  // (column_bound()), which a key passes when it is >= it. It never falls: each term only rises. (The bound kept
+  // in part 0's bar instead, one load less per column, was measured 10 us slower at 50K / 100 at ce65595: the
+  // other tile group then takes it as its bar and skips its own bound pass.)
   __device__ __forceinline__ float list_bar(int col) const {
     float tk = lds(part_bar + col);
 #pragma unroll
     for (int q = 1; q < LIST_PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
+    if constexpr (kBounds) tk = fmaxf(tk, lds(column_bound(col)));
     return tk;
   }
-  // This thread's part publishes its list's k-th key as its bar (kept when its bar is higher: part 0's may be a
-  // bound its list has not reached).
-  __device__ __forceinline__ void publish_bar() const {
-    float* slot = part_bar + tl_part * BQ + tl_col;
-    sts(slot, fmaxf(lds(slot), tl.bar_key()));
-  }
+  // This thread's part publishes its list's k-th key as its bar.
+  __device__ __forceinline__ void publish_bar() const { sts(part_bar + tl_part * BQ + tl_col, tl.bar_key()); }
 
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
   __device__ __forceinline__ int row_of(int mt, int h, int g) const { return row_base + mt * Tr::kMtStride + g + 8 * h; }
@@ -626,6 +624,8 @@ struct TopkBlock {
   __device__ __forceinline__ float* queue_keys(int c) const { return scores + c * SP; }
   __device__ __forceinline__ int* queue_idx(int c) const { return reinterpret_cast<int*>(scores + c * SP + QCAP); }
   __device__ __forceinline__ int* queue_count(int c) const { return reinterpret_cast<int*>(scores + c * SP + EPI); }
+  // Column c's bound from a bound pass of this tile group (-inf until one sets it), next to the queue count.
+  __device__ __forceinline__ float* column_bound(int c) const { return scores + c * SP + EPI + 1; }
 
   // Per accumulator row (mt, h) of this thread: whether the row is in the corpus, and the metric's term (cosine:
   // 1 / max(|c|, 1e-12); l2: -|c|^2), so that key_of() computes a key as the store-and-scan path does.
@@ -670,9 +670,8 @@ struct TopkBlock {
   // which take every key >= the bar), so nothing below it is in the column's top k. With 32 holders of 4 rows,
   // ~11 keys per column then pass at k = 10 (a queue holds 32). The maxima go to the column's score-tile stretch
   // (the queue's slots: the queue is empty until the pre-check after this pass); a warp takes the k-th largest
-  // of each of its columns' maxima and stores it as the bar of the tile group's part 0 (publish_bar() keeps it
-  // until that part's list passes it). Columns with fewer than k rows that are not NaN keep -inf (the
-  // store-and-scan path takes them).
+  // of each of its columns' maxima and stores it as the column's bound. Columns with fewer than k rows that are
+  // not NaN keep -inf (the store-and-scan path takes them).
   __device__ __forceinline__ void bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                              const RowTerms& rt) {
     const int g = lane >> 2, t = lane & 3;
@@ -715,7 +714,7 @@ struct TopkBlock {
       if (lane == 0) {
 #pragma unroll
         for (int b = 0; b < B; ++b)
-          if (need[b]) sts(part_bar + grp * PARTS * BQ + c0 + b * Tr::kGroupWarps, x[b]);  // part 0's bar
+          if (need[b]) sts(column_bound(c0 + b * Tr::kGroupWarps), x[b]);
       }
     }
     block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
@@ -1133,7 +1132,10 @@ struct TopkBlock {
     if constexpr (Tr::kThreadLists) {
       tl.init(p.k);
       for (int i = tid; i < LIST_PARTS * BQ; i += Tr::kThreads) sts(part_bar + i, -f32_inf());
-      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) sts(queue_count(c), 0);  // this tile group's queues
+      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {  // this tile group's queues and bounds
+        sts(queue_count(c), 0);
+        if constexpr (kBounds) sts(column_bound(c), -f32_inf());
+      }
     } else {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
