@@ -517,8 +517,9 @@ struct TopkBlock {
   }
   // Thread lists: column col's bar, the largest of its parts' k-th keys and of this tile group's bound for it
   // (column_bound()), which a key passes when it is >= it. It never falls: each term only rises. (The bound kept
-  // in part 0's bar instead, one load less per column, was measured 10 us slower at 50K / 100 at ce65595: the
-  // other tile group then takes it as its bar and skips its own bound pass.)
+  // in part 0's bar instead, one load less per column, measured 64 against 54 us at 50K / 100 at ce65595,
+  // results/similarity_probe_stream_mends*.json; probably because the other tile group then takes it as its bar
+  // and skips its own bound pass.)
   __device__ __forceinline__ float list_bar(int col) const {
     float tk = lds(part_bar + col);
 #pragma unroll
