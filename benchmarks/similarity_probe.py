@@ -174,14 +174,18 @@ def stream_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     """What bounds the TMA ring's corpus stream: the ping-pong loop (MMA=3) and the cooperative one (MMA=2) with
     shallow and deep rings, 256-row tiles, and a cluster of 2 sharing the query slices, at any nq. Run at nq = 8
     (query bytes ~6% of a stage, tensor work ~8% of nq = 100's) it says how fast the ring streams the corpus alone,
-    against the cp.async mma.sync default (MMA=0) that nq = 1 uses at the HBM floor."""
+    against the cp.async mma.sync default (MMA=0) that nq = 1 uses at the HBM floor. At small N (a split of a few
+    tiles) the tile height sets how evenly the ping-pong groups share a split: 64-row tiles (twice the tiles), and
+    the cooperative loop's 128-row tiles, whose epilogue both warpgroups share."""
     bq = -(-nq // 8) * 8 if nq <= 128 else 128
     pp = {"MMA": 3, "BLOCK_K": 64, "WARPS_Q": 1, "WARPS_N": 8, "MERGE": 3, "EPI_ROWS": 64, "BLOCK_Q": bq,
           "BLOCK_N": 128}
     v = [("default", {}, None), ("pp BN=128,S=4", {**pp, "STAGES": 4}, None),
          ("pp BN=128,S=6", {**pp, "STAGES": 6}, None),
          ("MMA=2 BN=256,S=4", {**pp, "MMA": 2, "BLOCK_N": 256, "STAGES": 4}, None),
-         ("pp BN=128,S=4,C=2", {**pp, "STAGES": 4, "CLUSTER": 2}, None)]
+         ("pp BN=128,S=4,C=2", {**pp, "STAGES": 4, "CLUSTER": 2}, None),
+         ("pp BN=64,S=6", {**pp, "BLOCK_N": 64, "STAGES": 6}, None),
+         ("MMA=2 BN=128,S=5", {**pp, "MMA": 2, "STAGES": 5}, None)]
     if nq <= 64:
         v.append(("pp BN=256,S=4", {**pp, "BLOCK_N": 256, "STAGES": 4}, None))
     return v

@@ -775,9 +775,10 @@ struct TopkBlock {
   // column's queue (keys of rows past n are NaN and padding columns have a NaN bar: neither passes); one barrier
   // tells whether a queue overflowed, and if none did part 0 of each column inserts its queue into its list
   // (the exact rule: the queue holds keys >= bar, most of which a part's list still rejects). A tile group's first
-  // tile of the split (`first`) runs the bound pass before. A thread stops appending once it has seen an overflow
-  // or a key that passes a bar still at -inf (no list of the column is full and there is no bound: every key
-  // passes, the queue would overflow), since the tile then takes the store-and-scan path, which needs no queue.
+  // tile of the split (`first`) runs the bound pass before. A thread reserves the slots of all its passing keys of
+  // a column with one atomic; it stops appending once it has seen an overflow or a key that passes a bar still at
+  // -inf (no list of the column is full and there is no bound: every key passes, the queue would overflow), since
+  // the tile then takes the store-and-scan path, which needs no queue.
   // The keys are computed as the store-and-scan path computes them (key_of()), so both paths offer the same bits.
   // (Warp-aggregated appends, a ballot per accumulator and one atomic per column and warp in uniform control flow,
   // were measured at 7b3fe87 and dropped: no faster at 50K / 100, 5% slower at 1M / 100, 1.7x slower on all-tie
@@ -790,40 +791,67 @@ struct TopkBlock {
     if constexpr (kBounds) {
       if (first) bound_pass(mma, rt);
     }
+    // Columns in chunks of CN n8 tiles (2 CN columns), in three phases so that no shared-memory round trip waits
+    // on another of the chunk: every column's bar (independent loads), then how many of this thread's keys pass
+    // it, then one atomic per column with a passing key (its slots base .. base + count - 1), then the stores.
+    // (One atomic per passing key, each waited on before the next, took ~4 of the ~5 us of a first tile's
+    // pre-check at 50K / 100: 26 columns x 4 rows of dependent round trips per thread.)
+    constexpr int CN = NT > 13 ? 1 : 3;
     bool overflow = false;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
+    for (int nt0 = 0; nt0 < NT; nt0 += CN) {
+      float bar[CN][2];
+      int cnt[CN][2], base[CN][2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (overflow) continue;  // this tile takes the store-and-scan path: no more atomics
-        const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
-        const float bar = q0 + col < p.nq ? list_bar(col) : f32_nan();  // padding columns: nothing passes
-        float key[MT][2];
-        float top = f32_nan();
+      for (int j = 0; j < CN; ++j) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            key[mt][h] = key_of(mma, rt, mt, nt, h, e);
-            top = fmaxf(top, key[mt][h]);  // fmaxf drops NaN
-          }
+        for (int e = 0; e < 2; ++e) {
+          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
+          bar[j][e] = nt0 + j < NT && q0 + col < p.nq ? list_bar(col) : f32_nan();  // padding: nothing passes
         }
-        if (!(top >= bar)) continue;  // the common case once the lists are full
-        if (bar == -f32_inf()) {  // no list of the column is full and no bound: every key passes
-          overflow = true;
-          continue;
+      }
+      const bool open = !overflow;  // this tile takes the store-and-scan path after an overflow: no more atomics
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          cnt[j][e] = 0;
+          if (nt0 + j >= NT) continue;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) cnt[j][e] += key_of(mma, rt, mt, nt0 + j, h, e) >= bar[j][e] ? 1 : 0;
+          // no list of the column is full and no bound: every key passes, the queue would overflow
+          if (cnt[j][e] > 0 && bar[j][e] == -f32_inf()) overflow = true;
         }
+      }
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+      for (int j = 0; j < CN; ++j) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (overflow || !(key[mt][h] >= bar)) continue;
-            const int slot = atomic_add_shared(queue_count(col), 1);
-            if (slot < QCAP) {
-              sts(queue_keys(col) + slot, key[mt][h]);
-              sts(queue_idx(col) + slot, static_cast<int>(p.index_base + row0 + row_of(mt, h, g)));
-            } else {
-              overflow = true;
+        for (int e = 0; e < 2; ++e) {
+          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
+          base[j][e] = open && cnt[j][e] > 0 ? atomic_add_shared(queue_count(col), cnt[j][e]) : 0;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (!open || cnt[j][e] == 0) continue;
+          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
+          if (base[j][e] + cnt[j][e] > QCAP) overflow = true;
+          int slot = base[j][e];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float key = key_of(mma, rt, mt, nt0 + j, h, e);
+              if (!(key >= bar[j][e])) continue;
+              if (slot < QCAP) {
+                sts(queue_keys(col) + slot, key);
+                sts(queue_idx(col) + slot, static_cast<int>(p.index_base + row0 + row_of(mt, h, g)));
+              }
+              ++slot;
             }
           }
         }
