@@ -29,6 +29,7 @@ benchmarks/results/similarity_probe.json with the environment fingerprint; a tab
   python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
       [--variants sync|wgmma|tma|pingpong|cluster|prefetch|merge|stream|all] [--only 'NAME;NAME']
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
+  python3 benchmarks/similarity_probe.py --variants stream --only default --trace 100x50000   # block timelines
   python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
       --from-study benchmarks/results/tune_similarity_1x10000000x768x10_fp32.json   # a study's configs elsewhere
 
@@ -39,6 +40,12 @@ L2 prefetch of later corpus tiles (PREFETCH 1, 2) into similarity_probe_prefetch
 bounds the TMA ring's corpus stream (ring depth, tile height, a cluster; at nq = 8 the queries cost almost nothing)
 into similarity_probe_stream.json. Every row also records the fraction of
 its indices equal to the first variant's (1.0 expected: the same products).
+
+``--trace NQxN`` runs each variant's diagnosis build (compile_search(trace=True): every block writes the
+%globaltimer of its events, see TopkBlock::trace in csrc/kernels/similarity/topk.cuh) once after an L2 flush
+and prints when each event happens across the blocks (median, min, max, in us from the first block's start)
+and how long each tile group's turns take (main loop, bound pass and pre-check, queue insertion), into
+similarity_probe_SET_trace.json (thread-list configs with a TMA producer, MMA 2 and 3).
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
 benchmarks/results/similarity_probe_wgmma.json instead; ``--variants merge`` the running top-k strategies (thread
@@ -191,6 +198,78 @@ def stream_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     return v
 
 
+# TopkBlock's trace slots (csrc/kernels/similarity/topk.cuh): per block 64 %globaltimer stamps, then 64 clock64
+TRACE_SLOTS, TRACE_TURN0, TRACE_TURNS = 64, 8, 6
+TRACE_EVENTS = {"entry": 0, "producer_start": 1, "producer_done": 2, "mma_start": 3, "end_barrier": 56, "done": 57}
+TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
+
+
+def block_timeline(launch, cand_key, blocks: int) -> dict:
+    """Run a trace build's search once after an L2 flush (the timer's protocol) and decode every block's events:
+    per event the median, min and max over blocks in us from the earliest block entry; per tile group turn the
+    median durations (main loop, bound pass + pre-check, queue insertion) in us; the kernel's span."""
+    import numpy as np
+    import torch
+
+    from tunelab.timing import time_callable
+
+    need = blocks * 2 * TRACE_SLOTS * 8
+    if cand_key.numel() * 4 < need:
+        raise SystemExit(f"--trace: the candidate buffer ({cand_key.numel() * 4} bytes) holds no timeline of "
+                         f"{blocks} blocks ({need} bytes); use nq >= 13 (k = 10)")
+    raw = cand_key.view(torch.int64).flatten()
+    raw.zero_()
+    time_callable(launch, warmup=3, samples=1)  # the last launch (after a flush) leaves its timeline
+    torch.cuda.synchronize()
+    t = raw[: blocks * 2 * TRACE_SLOTS].view(blocks, 2, TRACE_SLOTS).cpu().numpy()
+    ns = t[:, 0, :].astype(np.float64)
+    t0 = ns[:, TRACE_EVENTS["entry"]].min()
+
+    def stat(col):
+        v = ns[:, col]
+        v = (v[v > 0] - t0) / 1e3
+        return None if v.size == 0 else {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
+                                         "blocks": int(v.size)}
+
+    events = {name: stat(col) for name, col in TRACE_EVENTS.items()}
+    turns = []
+    for g in range(2):
+        for u in range(TRACE_TURNS):
+            base = TRACE_TURN0 + (g * TRACE_TURNS + u) * 4
+            cols = ns[:, base:base + 4]
+            have = (cols > 0).all(axis=1)
+            if not have.any():
+                continue
+            c = cols[have]
+            turns.append({"group": g, "turn": u, "blocks": int(have.sum()),
+                          **{f"{e}_us": float(np.median((c[:, i] - t0) / 1e3)) for i, e in enumerate(TURN_EVENTS)},
+                          "main_loop_us": float(np.median(c[:, 1] - c[:, 0]) / 1e3),
+                          "bound_and_precheck_us": float(np.median(c[:, 2] - c[:, 1]) / 1e3),
+                          "insertion_us": float(np.median(c[:, 3] - c[:, 2]) / 1e3)})
+    done = ns[:, TRACE_EVENTS["done"]]
+    cyc = t[:, 1, :].astype(np.float64)
+    span_cyc = cyc[:, TRACE_EVENTS["done"]] - cyc[:, TRACE_EVENTS["entry"]]
+    span_ns = done - ns[:, TRACE_EVENTS["entry"]]
+    ok = (span_ns > 0) & (span_cyc > 0)
+    return {"events": events, "turns": turns, "span_us": float((done.max() - t0) / 1e3),
+            "sm_clock_ghz": float(np.median(span_cyc[ok] / span_ns[ok])) if ok.any() else None,
+            "smids": sorted({int(x) for x in t[:, 0, 4]})[:8]}
+
+
+def print_timeline(row: dict) -> None:
+    """The block timeline of one variant as a short table."""
+    print(f"== {row['nq']} x {row['n']} {row['variant']}: span {row['span_us']:.1f} us, SM clock "
+          f"{row['sm_clock_ghz'] or 0:.2f} GHz, {row['tiles_per_split']} tiles per split", flush=True)
+    for name, st in row["events"].items():
+        if st:
+            print(f"   {name:<16} median {st['median']:7.2f}  min {st['min']:7.2f}  max {st['max']:7.2f} us")
+    print(f"   {'group turn':<12} {'start':>7} {'loop':>7} {'pre-chk':>7} {'insert':>7} {'ends':>7}  blocks")
+    for tr in row["turns"]:
+        print(f"   g{tr['group']} t{tr['turn']:<8} {tr['loop_start_us']:7.2f} {tr['main_loop_us']:7.2f} "
+              f"{tr['bound_and_precheck_us']:7.2f} {tr['insertion_us']:7.2f} {tr['epilogue_done_us']:7.2f}  "
+              f"{tr['blocks']}", flush=True)
+
+
 #: --variants NAME -> the function listing that set's variants for nq queries ("all": sync and wgmma)
 VARIANT_SETS = {"sync": variants, "wgmma": wgmma_variants, "tma": tma_variants, "pingpong": pingpong_variants,
                 "cluster": cluster_variants, "prefetch": prefetch_variants, "merge": merge_variants,
@@ -207,6 +286,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
+    ap.add_argument("--trace", default=None, help="one NQxN shape: each variant's block timeline (diagnosis build)")
     ap.add_argument("--variants", choices=(*VARIANT_SETS, "all"), default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
                          "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; prefetch: "
@@ -249,7 +329,7 @@ def main() -> int:
                          f"{[name for name, _, _ in vs]}")
             vs = [v for v in vs if v[0] in keep]
         return vs
-    shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.shapes).split(",")]
+    shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.trace or args.shapes).split(",")]
 
     dev = torch.cuda.current_device()
     arch = S._arch(dev)
@@ -265,7 +345,7 @@ def main() -> int:
     # Failures are left for the loop below, which records them.
     def warm(nq, over):
         try:
-            S.compile_search(fitted(nq, over), dtype=args.dtype, metric="ip", arch=arch)
+            S.compile_search(fitted(nq, over), dtype=args.dtype, metric="ip", arch=arch, trace=bool(args.trace))
         except TunelabError:
             pass
 
@@ -279,13 +359,13 @@ def main() -> int:
         zeros = torch.zeros_like(queries)
         nans = torch.full_like(queries, float("nan"))
         torch_us = None
-        if not args.ncu:
+        if not args.ncu and not args.trace:
             torch_us = summarize(time_callable(lambda: torch.topk(queries @ corpus.T, K, dim=1), samples=30))
         base_idx = None  # the default's indices: every variant must return the same (the same products and order)
         for name, over, splits in variant_list(nq):
             try:
                 cfg = fitted(nq, over)
-                comp = S.compile_search(cfg, dtype=args.dtype, metric="ip", arch=arch)
+                comp = S.compile_search(cfg, dtype=args.dtype, metric="ip", arch=arch, trace=bool(args.trace))
             except TunelabError as exc:
                 rows.append({"nq": nq, "n": n, "variant": name, "config": requested(nq, over), "error": str(exc)[:200]})
                 continue
@@ -297,6 +377,12 @@ def main() -> int:
             p_search, p_merge = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan)
             p_zero, _ = comp.prepare(dev, zeros, corpus, K, ck, ci, sc, ix, plan)
             p_nan, _ = comp.prepare(dev, nans, corpus, K, ck, ci, sc, ix, plan)
+            if args.trace:
+                rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
+                             "tiles_per_split": plan["tiles_per_split"],
+                             **block_timeline(p_search, ck, plan["q_tiles"] * plan["splits"])})
+                print_timeline(rows[-1])
+                continue
             if args.ncu:
                 for p in (p_search, p_zero, p_nan):
                     p(stream)
@@ -340,6 +426,10 @@ def main() -> int:
     if args.ncu:
         return 0
     name = "similarity_probe" if args.variants == "sync" else f"similarity_probe_{args.variants}"
+    if args.trace:
+        path = write_result(f"{name}_trace" + (f"_{args.tag}" if args.tag else ""), {"rows": rows, "dtype": args.dtype})
+        print(f"wrote {path}")
+        return 0
     if args.dtype != "float16" or args.from_study:
         name += f"_{args.dtype}" + ("_study" if args.from_study else "")
     if args.tag:

@@ -530,6 +530,46 @@ struct TopkBlock {
   // This thread's part publishes its list's k-th key as its bar.
   __device__ __forceinline__ void publish_bar() const { sts(part_bar + tl_part * BQ + tl_col, tl.bar_key()); }
 
+  // Timeline of a block (diagnosis build: TUNELAB_SIM_TRACE, compile_search(trace=True), used by
+  // benchmarks/similarity_probe.py --trace). Block b = blockIdx.y * gridDim.x + blockIdx.x writes event `slot`'s
+  // %globaltimer (ns, comparable across SMs) to u64 entry b * 2 * kTraceSlots + slot of cand_key, and its clock64
+  // (cycles of this SM) to entry + kTraceSlots; the build writes no candidate keys there, so its search results
+  // are meaningless. Slots (kTrace*): see the constants; a tile group's turn u < kTraceTurns - 1 at
+  // kTraceTurn0 + (group * kTraceTurns + u) * 4 + {0: its main loop starts (the order wait passed), 1: the main
+  // loop's MMAs are done, 2: the pre-check's barrier passed, 3: the epilogue is done}; later turns overwrite the
+  // last turn's slots.
+#ifdef TUNELAB_SIM_TRACE
+  static constexpr bool kTrace = true;
+#else
+  static constexpr bool kTrace = false;
+#endif
+  static constexpr int kTraceSlots = 64, kTraceEntry = 0, kTraceProducerStart = 1, kTraceProducerDone = 2,
+                       kTraceMmaStart = 3, kTraceSmid = 4, kTraceTurn0 = 8, kTraceTurns = 6, kTraceEndBarrier = 56,
+                       kTraceDone = 57;
+  int trace_turn = 0;  // this tile group's turn (the epilogue's events)
+  __device__ __forceinline__ void trace(int slot) const {
+#ifdef TUNELAB_SIM_TRACE
+    unsigned long long* t = reinterpret_cast<unsigned long long*>(p.cand_key) +
+                            (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTraceSlots;
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    t[slot] = ns;
+    t[kTraceSlots + slot] = static_cast<unsigned long long>(clock64());
+    if (slot == kTraceEntry) {
+      unsigned smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      t[kTraceSmid] = smid;
+    }
+#else
+    (void)slot;
+#endif
+  }
+  __device__ __forceinline__ void trace_turn_event(int event) const {
+    if (!kTrace || gtid != 0) return;
+    const int u = trace_turn < kTraceTurns ? trace_turn : kTraceTurns - 1;
+    trace(kTraceTurn0 + (grp * kTraceTurns + u) * 4 + event);
+  }
+
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
   __device__ __forceinline__ int row_of(int mt, int h, int g) const { return row_base + mt * Tr::kMtStride + g + 8 * h; }
 
@@ -857,7 +897,9 @@ struct TopkBlock {
         }
       }
     }
-    if (block_sync_or(overflow)) {
+    const bool any_overflow = block_sync_or(overflow);
+    trace_turn_event(2);
+    if (any_overflow) {
       store_and_scan(mma, tile);
       return;
     }
@@ -1120,7 +1162,7 @@ struct TopkBlock {
     for (int j = 0; j < Tr::kListCap; ++j) {
       if (j >= Tr::kListCap - k) {
         const bool have = tl.idx[j] != 0x7fffffff;
-        p.cand_key[out + j] = have ? tl.key[j] : -f32_inf();
+        if constexpr (!kTrace) p.cand_key[out + j] = have ? tl.key[j] : -f32_inf();
         p.cand_idx[out + j] = have ? tl.idx[j] : -1;
       }
     }
@@ -1134,6 +1176,7 @@ struct TopkBlock {
     const int ntiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
     const int total = ntiles * KT;
 
+    if (tid == 0) trace(kTraceEntry);
     if constexpr (Tr::kTmaProducer) {
       if (tid == 0) {
         for (int s = 0; s < Tr::kStages; ++s) {
@@ -1152,7 +1195,11 @@ struct TopkBlock {
       else __syncthreads();
       if (warp >= Tr::kWarps) {
         if constexpr (Tr::kMoveRegisters) wg::regs_dec<Tr::kProducerRegs>();
-        if (warp == Tr::kWarps) produce(tile_begin, tile_end, total);
+        if (warp == Tr::kWarps) {
+          if (lane == 0) trace(kTraceProducerStart);
+          produce(tile_begin, tile_end, total);
+          if (lane == 0) trace(kTraceProducerDone);
+        }
         return;
       }
       if constexpr (Tr::kMoveRegisters) wg::regs_inc<Tr::kMmaRegs>();
@@ -1179,6 +1226,7 @@ struct TopkBlock {
     // (MMA=2: the barrier that opens every epilogue publishes this to the MMA warps; a ping-pong group's barrier
     // covers only its own warps.)
     if constexpr (Tr::kPingPong) mma_warps_sync();
+    if (tid == 0) trace(kTraceMmaStart);
 
     LdsmLaneAddr<L, 1> la, lb;
     la.init(a_lane_row(lane), a_lane_half(lane));
@@ -1223,6 +1271,8 @@ struct TopkBlock {
         if constexpr (Tr::kPingPong) {
           if (grp == 1 || turn > 0) mbar::wait(order_bar(grp), (grp == 1 ? turn : turn - 1) & 1);
         }
+        trace_turn = turn;
+        trace_turn_event(0);
         for (int kc = 0; kc < KT; ++kc, ++it) {
           const int s = it % Tr::kStages;
           mbar::wait(full_bar(s), (it / Tr::kStages) & 1);
@@ -1237,7 +1287,9 @@ struct TopkBlock {
         wg::wait<0>();
         wg::fence_operands(mma.acc);
         release((it - 1) % Tr::kStages);
+        trace_turn_event(1);
         epilogue(mma, tile, turn == 0);
+        trace_turn_event(3);
         mma.zero();
       }
     } else if constexpr (Tr::kWgmma) {
@@ -1281,11 +1333,13 @@ struct TopkBlock {
     if constexpr (!Tr::kTmaProducer) cp_async_wait<0>();
     // An empty split still writes k missing entries per query; the meta init must be visible to every warp.
     mma_warps_sync();
+    if (tid == 0) trace(kTraceEndBarrier);
 
     // Write the candidate list of each owned query column: best first, missing entries (-inf, -1).
     const long long list = static_cast<long long>(p.list_offset) + split;
     if constexpr (Tr::kThreadLists) {
       write_thread_lists(list);
+      if (tid == 0) trace(kTraceDone);
       return;
     }
     for (int c = warp; c < BQ; c += Tr::kWarps) {
@@ -1297,7 +1351,7 @@ struct TopkBlock {
       const int* Li = sel ? ql.idx1 : ql.idx0;
       const long long out = (list * p.nq + q0 + c) * p.k;
       for (int r = lane; r < p.k; r += 32) {
-        p.cand_key[out + r] = r < len ? lds(Lk + r) : -f32_inf();
+        if constexpr (!kTrace) p.cand_key[out + r] = r < len ? lds(Lk + r) : -f32_inf();
         p.cand_idx[out + r] = r < len ? lds(Li + r) : -1;
       }
     }

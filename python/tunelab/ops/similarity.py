@@ -519,12 +519,17 @@ _COMPILED_LOCK = threading.Lock()
 
 
 def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric: str = "ip", arch: str | None = None,
-                   use_cache: bool = True) -> CompiledSearch:
+                   use_cache: bool = True, trace: bool = False) -> CompiledSearch:
     """Compile the search config (and every merge-kernel variant, :data:`MERGE_KINDS`) with NVRTC for ``arch``, once per process.
 
     The launcher's shared-memory formula is passed as ``TUNELAB_EXPECTED_SMEM``; the kernel static_asserts that
     its own layout needs exactly that. Raises ConfigError for an invalid config, CompileError when NVRTC fails.
     Needs no GPU.
+
+    ``trace=True`` builds the diagnosis variant (``TUNELAB_SIM_TRACE``): every search block writes a timeline of
+    its events into the candidate-key buffer instead of candidate keys (layout: ``TopkBlock::trace`` in
+    ``kernels/similarity/topk.cuh``), so its search results are meaningless; ``benchmarks/similarity_probe.py
+    --trace`` decodes it.
     """
     from tunelab.kernel import current_arch
     from tunelab.paths import kernels_dir
@@ -534,7 +539,7 @@ def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric:
         raise InputError(f"metric={metric!r} is not accepted; use one of {list(METRICS)}")
     cfg = canonical_config(config)
     arch = arch or current_arch()
-    key = ("search", tuple(cfg.values()), dt, metric, arch)
+    key = ("search", tuple(cfg.values()), dt, metric, arch, bool(trace))
     hit = _COMPILED.get(key)
     if hit is not None:
         return hit
@@ -547,7 +552,8 @@ def compile_search(config: Mapping[str, Any], *, dtype: str = "float16", metric:
 
     try:
         result = _core.compile(_SEARCH_SOURCE, [expr, *merges.values()], compile_arch(cfg, arch), [],
-                               {"TUNELAB_EXPECTED_SMEM": str(static)}, {}, [str(kernels_dir())], 0, use_cache)
+                               {"TUNELAB_EXPECTED_SMEM": str(static), **({"TUNELAB_SIM_TRACE": "1"} if trace else {})},
+                               {}, [str(kernels_dir())], 0, use_cache)
     except CompileError as exc:
         exc.config = dict(cfg)
         raise
