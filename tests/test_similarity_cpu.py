@@ -86,10 +86,12 @@ def test_search_static_gates_smem_and_vec():
     # ... and MMA=2 lists VEC=16 only (TMA does the copies: other widths would compile the same kernel)
     assert fam.space(odd_d).rejection(dict(tma, VEC=8)).detail.startswith("vec_changes_code")
     sim = _sim()
-    # TMA-fed defaults: ping-pong (MMA=3) where thread lists hold k, else MMA=2; 192-row tiles up to 96 queries
+    # TMA-fed defaults: ping-pong (MMA=3) where thread lists hold k, else MMA=2; 192-row tiles up to 72 queries
     assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MMA"] == 3
     assert sim.default_config(100, 64, "float16", 768, arch="sm_90")["MMA"] == 2
     assert sim.default_config(64, 10, "float16", 768, arch="sm_90")["BLOCK_N"] == 192
+    assert sim.default_config(72, 10, "float16", 768, arch="sm_90")["BLOCK_N"] == 192
+    assert sim.default_config(80, 10, "float16", 768, arch="sm_90")["BLOCK_N"] == 128
     assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["BLOCK_N"] == 128
     for nq in (9, 64, 96, 100, 112, 1024):
         cfg_pp = sim.default_config(nq, 10, "float16", 768, arch="sm_90")
@@ -448,7 +450,8 @@ def test_default_configs_fit_every_k_and_arch():
 
 # ------------------------------------------------------------------------------------------------ compiling
 #: (nq, dtype, metric) defaults compiled per arch: every dtype, metric and nq regime at least once
-_COMPILE_SAMPLE = [(1, "float16", "ip"), (1, "float32", "l2"), (1, "bfloat16", "cosine"), (100, "float16", "ip"),
+_COMPILE_SAMPLE = [(1, "float16", "ip"), (1, "float32", "l2"), (1, "bfloat16", "cosine"), (72, "float16", "cosine"),
+                   (80, "float16", "cosine"), (100, "float16", "ip"),
                    (100, "float16", "cosine"), (100, "bfloat16", "l2"), (100, "float32", "ip"),
                    (100, "float32", "cosine"), (1024, "float16", "l2"), (1024, "float32", "ip"),
                    (1024, "bfloat16", "cosine")]

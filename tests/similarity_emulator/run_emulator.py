@@ -1,6 +1,6 @@
 """Build and run the similarity kernels on the CPU emulator over a matrix of configs and scenarios.
 
-    python3 tests/similarity_emulator/run_emulator.py [--quick] [--jobs N]
+    python3 tests/similarity_emulator/run_emulator.py [--quick] [--jobs N] [--only 0,15]
 
 Each kernel instance (a traits tuple) is one binary; each scenario one run. A run passes when the kernel's
 results match the float64 reference (exactly, tie rule included, for integer-valued inputs) and the emulator
@@ -42,10 +42,12 @@ TOPK_CONFIGS = [
     (1, 1, 256, 24, 64, 8, 1, 3, 16, 4, 64, 1, 1),    # bf16 cosine, wgmma, 4 parts of 16 rows, 4 passes
     (2, 2, 64, 16, 32, 2, 2, 3, 16, 3, 128, 1),       # fp32 l2, mma.sync, 4 parts of 16 rows
     (0, 1, 128, 64, 64, 2, 1, 2, 16, 4, 128, 1),      # fp16 cosine, one part per column (64 threads)
+    # 32 accumulator holders per column and 16-entry lists: the bound pass selects per thread (kLaneBounds)
+    (0, 2, 64, 40, 32, 4, 1, 3, 16, 3, 64, 1),        # fp16 l2, 4 warps of 16 rows, 2 parts of 32 rows
 ]
-#: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one
-#: and the first two thread-list ones
-QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12]
+#: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
+#: the first two thread-list ones and the per-thread bound selection
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [
@@ -115,11 +117,13 @@ def _run(exe: Path, args: list) -> tuple[bool, str]:
     return ok, "\n".join(lines[-4:]) if not ok else last
 
 
-def jobs_for(quick: bool) -> list[tuple[str, tuple, list]]:
-    """(define, traits, run args) for every run of the matrix."""
+def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tuple, list]]:
+    """(define, traits, run args) for every run of the matrix (``only``: those TOPK_CONFIGS indices, no Gram)."""
     out = []
     scen = [TOPK_SCENARIOS[i] for i in QUICK_SCENARIOS] if quick else TOPK_SCENARIOS
     cfgs = [TOPK_CONFIGS[i] for i in QUICK_CONFIGS] if quick else TOPK_CONFIGS
+    if only is not None:
+        cfgs = [TOPK_CONFIGS[i] for i in only]
     for cfg in cfgs:
         for (nq, n, d16, k, splits, chunks, data, seed, late) in scen:
             if chunks == 0 and cfg[1] != 0:
@@ -132,7 +136,7 @@ def jobs_for(quick: bool) -> list[tuple[str, tuple, list]]:
             if chunks == 0:
                 d = _d_for(cfg[0], 16, d16)  # its GEMM copies 16 bytes
             out.append(("EMU_TOPK", cfg, [nq, n, d, k, splits, chunks, data, seed, late]))
-    gcfgs = GRAM_CONFIGS[:3] if quick else GRAM_CONFIGS
+    gcfgs = [] if only is not None else GRAM_CONFIGS[:3] if quick else GRAM_CONFIGS
     for cfg in gcfgs:
         for (n, dim, seed, late) in (GRAM_SCENARIOS[:1] if quick else GRAM_SCENARIOS):
             eb = 2 if cfg[0] in (0, 1) else 4
@@ -144,14 +148,14 @@ def jobs_for(quick: bool) -> list[tuple[str, tuple, list]]:
 
 
 def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | None = None,
-               compiler: str | None = None, log=print) -> list[str]:
+               compiler: str | None = None, log=print, only: list[int] | None = None) -> list[str]:
     """Build and run the matrix; returns the failure reports (empty when everything passed)."""
     compiler = compiler or os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no C++ compiler (g++) found for the emulator")
     out_dir = Path(build_dir or tempfile.mkdtemp(prefix="tunelab-simemu-"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    todo = jobs_for(quick)
+    todo = jobs_for(quick, only)
     jobs = jobs or os.cpu_count() or 2
     binaries: dict[tuple, Path] = {}
     failures: list[str] = []
@@ -190,8 +194,19 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a subset (what the CPU test suite runs)")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--build-dir", default=None)
+    ap.add_argument("--only", default=None,
+                    help=f"comma-separated TOPK_CONFIGS indices (0..{len(TOPK_CONFIGS) - 1}) to run alone, no Gram")
     args = ap.parse_args()
-    failures = run_matrix(args.quick, args.jobs, args.build_dir)
+    only = None
+    if args.only is not None:
+        try:
+            only = [int(x) for x in args.only.split(",")]
+        except ValueError:
+            ap.error(f"--only {args.only!r}: expected comma-separated integers")
+        bad = [i for i in only if not 0 <= i < len(TOPK_CONFIGS)]
+        if bad:
+            ap.error(f"--only {bad}: TOPK_CONFIGS indices are 0..{len(TOPK_CONFIGS) - 1}")
+    failures = run_matrix(args.quick, args.jobs, args.build_dir, only=only)
     print(f"\n{len(failures)} failure(s)")
     return 1 if failures else 0
 

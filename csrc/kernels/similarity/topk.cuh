@@ -88,6 +88,37 @@ __device__ __forceinline__ void warp_kth_largest_n(float (&x)[N], int k, int lan
 #pragma unroll
   for (int i = 0; i < N; ++i) x[i] = shfl_f(x[i], k - 1);
 }
+// Sorts N (a power of two) values held by one thread, descending: a bitonic network in registers. Values must not
+// be NaN.
+template <int N>
+__device__ __forceinline__ void lane_sort_desc(float (&v)[N]) {
+#pragma unroll
+  for (int size = 2; size <= N; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const bool desc = (i & size) == 0;  // blocks alternate direction; the final merge (size N) descends
+          const float a = v[i], b = v[j];
+          v[i] = desc ? fmaxf(a, b) : fminf(a, b);
+          v[j] = desc ? fminf(a, b) : fmaxf(a, b);
+        }
+      }
+    }
+  }
+}
+// Offers y to the N largest values so far, sorted descending in v: y sinks to its place, the smallest drops out.
+template <int N>
+__device__ __forceinline__ void lane_offer_desc(float (&v)[N], float y) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float a = v[i];
+    v[i] = fmaxf(a, y);
+    y = fminf(a, y);
+  }
+}
 __device__ __forceinline__ float warp_kth_largest(float x, int k, int lane) {
   float v[1] = {x};
   warp_kth_largest_n<1>(v, k, lane);
@@ -475,6 +506,15 @@ struct TopkBlock {
   // column's score-tile stretch per holder.
   static constexpr int HOLDERS = 8 * Tr::kGroupWarps / Tr::kWarpsQ;
   static constexpr bool kBounds = Tr::kThreadLists && HOLDERS <= EPI;
+  // With 32 holders (a warpgroup's tile) and k <= 16 (MERGE 3), one thread selects a column's bound from its 32
+  // maxima in registers, keeping the 16 largest (lane_sort_desc, lane_offer_desc), 32 columns per warp at once;
+  // the warps' shuffle selections of 8 columns at a time took ~3,300 instructions per warp and pass (ncu at
+  // 50K / 100), and on the H200 the first tile's bound pass and pre-check went from 12.0 to 9.0 us with this
+  // (similarity_probe.py --trace). MERGE 4 (k <= 32) keeps the shuffles, and so do configs whose registers the
+  // 16 values would spill (sm_90, ptxas of CUDA 13.0): more than 104 accumulators, and cosine (its row terms stay
+  // live).
+  static constexpr bool kLaneBounds = kBounds && HOLDERS == 32 && Tr::kListCap == 16 && NT <= 13 && MT <= 2 &&
+                                      Tr::kMetric != kCosine && BQ <= 32 * Tr::kGroupWarps;
   int tl_col, tl_lpart, tl_part;
   bool tl_live;  // this thread keeps a list: a part of a real (not padding) query column
   float* part_bar;  // [LIST_PARTS][BQ]
@@ -692,14 +732,19 @@ struct TopkBlock {
     }
     return rt;
   }
-  // The key of accumulator (mt, nt, 2 h + e): the metric applied, NaN for a row past n.
-  __device__ __forceinline__ float key_of(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
-                                          const RowTerms& rt, int mt, int nt, int h, int e) const {
+  // The key of accumulator (mt, nt, 2 h + e) with the metric applied, whether or not its row is in the corpus
+  // (key_raw), and as the lists see it: NaN for a row past n (key_of).
+  __device__ __forceinline__ float key_raw(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                           const RowTerms& rt, int mt, int nt, int h, int e) const {
     const float dot = mma.acc[mt][nt][2 * h + e];
     float kv = dot;
     if constexpr (Tr::kMetric == kCosine) kv = dot * rt.nrm[mt][h];
     if constexpr (Tr::kMetric == kL2) kv = fmaf(2.f, dot, rt.nrm[mt][h]);
-    return rt.valid[mt][h] ? kv : f32_nan();
+    return kv;
+  }
+  __device__ __forceinline__ float key_of(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                          const RowTerms& rt, int mt, int nt, int h, int e) const {
+    return rt.valid[mt][h] ? key_raw(mma, rt, mt, nt, h, e) : f32_nan();
   }
 
   // Bound pass (thread lists, the first tile of a tile group in a split: no list is full, every key would pass
@@ -731,6 +776,32 @@ struct TopkBlock {
       }
     }
     block_sync();
+    if constexpr (kLaneBounds) {
+      // warp w of the group selects columns 32 w .. 32 w + 31, one per lane
+      const int c = (gtid >> 5) * 32 + lane;
+      const bool need = c < BQ && q0 + c < p.nq && list_bar(c) == -f32_inf();
+      if (ballot(need) != 0) {
+        const float* m = scores + (c < BQ ? c : BQ - 1) * SP;
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; j += 4) {
+          const float4 x = lds4(m + j);
+          v[j] = x.x;
+          v[j + 1] = x.y;
+          v[j + 2] = x.z;
+          v[j + 3] = x.w;
+        }
+        lane_sort_desc<16>(v);
+#pragma unroll 1
+        for (int j = 16; j < 32; ++j) lane_offer_desc<16>(v, lds(m + j));
+        float b = v[0];  // the k-th largest (k <= 16)
+#pragma unroll
+        for (int i = 1; i < 16; ++i) b = i == p.k - 1 ? v[i] : b;
+        if (need) sts(column_bound(c), b);
+      }
+      block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
+      return;
+    }
     // A warp takes B columns at a time (one selection's shuffle chain is latency-bound: on the H200 one column
     // at a time made the pass ~6 us at nq = 100; 8 at once spill next to 128 query columns' accumulators). Lane 0
     // reads the bars for the warp (with ping-pong the other group may raise a part's bar meanwhile) and alone
@@ -831,12 +902,20 @@ struct TopkBlock {
     if constexpr (kBounds) {
       if (first) bound_pass(mma, rt);
     }
-    // Columns in chunks of CN n8 tiles (2 CN columns), in three phases so that no shared-memory round trip waits
-    // on another of the chunk: every column's bar (independent loads), then how many of this thread's keys pass
-    // it, then one atomic per column with a passing key (its slots base .. base + count - 1), then the stores.
-    // (One atomic per passing key, each waited on before the next, took ~4 of the ~5 us of a first tile's
-    // pre-check at 50K / 100: 26 columns x 4 rows of dependent round trips per thread.)
-    constexpr int CN = NT > 13 ? 1 : 3;
+    // Columns in chunks of CN n8 tiles (2 CN columns), in phases so that no shared-memory round trip waits on
+    // another of the chunk: every column's bar (independent loads), then how many of this thread's keys pass it,
+    // then one atomic per column with a passing key (its slots base .. base + count - 1), then the stores. The
+    // stores are predicated, not branched around: this code runs on one warp per scheduler, where every
+    // instruction of a warp counts (a chunk no lane of the warp has a key for is skipped whole). With one atomic
+    // per passing key, each waited on before the next, and branches around each store, the pre-check was ~2,600
+    // instructions per warp and tile (ncu at 50K / 100) and 8-9 us of a tile turn at 1M / 100, 6.7 with
+    // this (similarity_probe.py --trace).
+    constexpr int CN = NT > 13 || MT > 2 ? 1 : 3;  // more live values spill next to 112+ accumulators
+    int rid[MT][2];  // corpus index of each accumulator row
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) rid[mt][h] = static_cast<int>(p.index_base + row0 + row_of(mt, h, g));
     bool overflow = false;
 #pragma unroll
     for (int nt0 = 0; nt0 < NT; nt0 += CN) {
@@ -850,7 +929,7 @@ struct TopkBlock {
           bar[j][e] = nt0 + j < NT && q0 + col < p.nq ? list_bar(col) : f32_nan();  // padding: nothing passes
         }
       }
-      const bool open = !overflow;  // this tile takes the store-and-scan path after an overflow: no more atomics
+      bool some = false;
 #pragma unroll
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
@@ -860,38 +939,45 @@ struct TopkBlock {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) cnt[j][e] += key_of(mma, rt, mt, nt0 + j, h, e) >= bar[j][e] ? 1 : 0;
+            for (int h = 0; h < 2; ++h)
+              cnt[j][e] += rt.valid[mt][h] && key_raw(mma, rt, mt, nt0 + j, h, e) >= bar[j][e] ? 1 : 0;
           // no list of the column is full and no bound: every key passes, the queue would overflow
           if (cnt[j][e] > 0 && bar[j][e] == -f32_inf()) overflow = true;
+          some = some || cnt[j][e] > 0;
+        }
+      }
+      // after an overflow this tile takes the store-and-scan path, which needs no queue: no more atomics
+      if (ballot(some && !overflow) == 0) continue;
+      const bool open = !overflow;
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
+          base[j][e] = open && cnt[j][e] > 0 ? atomic_add_shared(queue_count(col), cnt[j][e]) : QCAP;
         }
       }
 #pragma unroll
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
+          if (nt0 + j >= NT) continue;
           const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
-          base[j][e] = open && cnt[j][e] > 0 ? atomic_add_shared(queue_count(col), cnt[j][e]) : 0;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < CN; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (!open || cnt[j][e] == 0) continue;
-          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
-          if (base[j][e] + cnt[j][e] > QCAP) overflow = true;
-          int slot = base[j][e];
+          if (open && cnt[j][e] > 0 && base[j][e] + cnt[j][e] > QCAP) overflow = true;
+          float* qk = queue_keys(col);
+          int* qi = queue_idx(col);
+          int slot = base[j][e];  // QCAP when this thread appends nothing to the column
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float key = key_of(mma, rt, mt, nt0 + j, h, e);
-              if (!(key >= bar[j][e])) continue;
-              if (slot < QCAP) {
-                sts(queue_keys(col) + slot, key);
-                sts(queue_idx(col) + slot, static_cast<int>(p.index_base + row0 + row_of(mt, h, g)));
+              const float key = key_raw(mma, rt, mt, nt0 + j, h, e);
+              const bool pass = rt.valid[mt][h] && key >= bar[j][e];
+              if (pass && slot < QCAP) {
+                sts(qk + slot, key);
+                sts(qi + slot, rid[mt][h]);
               }
-              ++slot;
+              slot += pass ? 1 : 0;
             }
           }
         }

@@ -149,8 +149,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       choice.) MMA=1 measured 6-18% faster than the mma.sync tiling (--variants wgmma).
     * sm_90 with fp16/bf16, nq > 8 and k <= 16: ping-pong warpgroups on that TMA ring (MMA=3, thread lists, 4
       stages, 64-row epilogue passes): up to 112 queries BLOCK_Q = nq rounded up to 8 and 192-row tiles (3 m64
-      blocks per warpgroup), or 128-row tiles where 192 rows would pass :data:`MAX_ACCUMULATORS_PINGPONG`
-      (above 96 queries); above 112 queries 128 x 128 tiles and 5 stages. Measured on the H200
+      blocks per warpgroup), or 128-row tiles where 192 rows would pass :data:`MAX_ACCUMULATORS_PINGPONG_192`
+      (above 72 queries); above 112 queries 128 x 128 tiles and 5 stages. Measured on the H200
       (benchmarks/similarity_probe.py --variants pingpong, results/similarity_probe_pingpong.json) against the
       MMA=2 defaults: at nq = 100 (112 queries per block), 128-row tiles 8% faster at 10M and 10% at 1M, 192-row
       tiles (104 queries, which spill a few words: not a default) 13% and 12%, 5% at 50K; at 10M / 1024 10%.
@@ -193,7 +193,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112 and pingpong:
         cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)
-        if accumulators(cfg) > max_accumulators(cfg):  # 192-row tiles of more than 96 queries spill
+        if accumulators(cfg) > MAX_ACCUMULATORS_PINGPONG_192:  # 192-row tiles of more than 72 queries spill
             cfg["BLOCK_N"] = 128
     elif nq <= 112:
         bq = max(16, (int(nq) + 15) // 16 * 16)
@@ -245,9 +245,13 @@ def accumulators(config: Mapping[str, Any]) -> int:
 #: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
 MAX_ACCUMULATORS = 112
 #: The same for MMA 2 and 3 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile
-#: clean; MMA=3's 192-row tiles compile clean at 144 (96 queries) and spill a few words at 156 (104 queries).
+#: clean, and so do MMA=3's 128-row tiles; its 192-row tiles (three m64 blocks per thread, more values live per
+#: query column in the epilogue) compile clean at 108 (72 queries) and spill at 120 with cosine (80 queries) and
+#: at 144 (96; sm_90, CUDA 13.0): the defaults keep them to MAX_ACCUMULATORS_PINGPONG_192, the tuner's compiled
+#: gate rejects the spilling ones.
 MAX_ACCUMULATORS_TMA = 128
-MAX_ACCUMULATORS_PINGPONG = 144
+MAX_ACCUMULATORS_PINGPONG = 128
+MAX_ACCUMULATORS_PINGPONG_192 = 108
 
 
 def max_accumulators(config: Mapping[str, Any]) -> int:
