@@ -215,8 +215,10 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
 
     need = blocks * 2 * TRACE_SLOTS * 8
     if cand_key.numel() * 4 < need:
-        raise SystemExit(f"--trace: the candidate buffer ({cand_key.numel() * 4} bytes) holds no timeline of "
-                         f"{blocks} blocks ({need} bytes); use nq >= 13 (k = 10)")
+        raise SystemExit(f"--trace: a block's timeline takes {2 * TRACE_SLOTS * 8} bytes of the candidate-key buffer, "
+                         f"which holds {cand_key.numel() * 4} bytes for {blocks} blocks (nq * k * 4 per split); "
+                         f"trace a shape with nq * k >= {2 * TRACE_SLOTS * 2} per query tile (at k = {K}: "
+                         f"nq >= {-(-2 * TRACE_SLOTS * 2 // K)})")
     raw = cand_key.view(torch.int64).flatten()
     raw.zero_()
     time_callable(launch, warmup=3, samples=1)  # the last launch (after a flush) leaves its timeline

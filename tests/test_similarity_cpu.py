@@ -96,6 +96,10 @@ def test_search_static_gates_smem_and_vec():
     for nq in (9, 64, 96, 100, 112, 1024):
         cfg_pp = sim.default_config(nq, 10, "float16", 768, arch="sm_90")
         assert cfg_pp["MMA"] == 3 and sim.accumulators(cfg_pp) <= sim.max_accumulators(cfg_pp), cfg_pp
+    # 192-row ping-pong tiles have their own, lower bound (96 queries: 144 accumulators spill), 128-row ones not
+    pp96 = sim.default_config(96, 10, "float16", 768, arch="sm_90")
+    assert sim.max_accumulators(dict(pp96, BLOCK_N=192)) < sim.accumulators(dict(pp96, BLOCK_N=192))
+    assert sim.max_accumulators(pp96) == sim.MAX_ACCUMULATORS_PINGPONG >= sim.accumulators(pp96)
     for nq, k in ((100, 10), (100, 64), (1024, 10), (64, 10)):  # each fits its smem and registers without TMA
         cfg100 = sim.default_config(nq, k, "float16", 100, arch="sm_90")
         assert cfg100["MMA"] == 1 and cfg100["STAGES"] >= 3, cfg100

@@ -693,7 +693,7 @@ struct TopkBlock {
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+            const int col = query_col(nt, e, t);
             sts(scores + col * SP + (row - pass * EPI), valid ? mma.acc[mt][nt][2 * h + e] : f32_nan());
           }
         }
@@ -708,8 +708,27 @@ struct TopkBlock {
   // Column c's bound from a bound pass of this tile group (-inf until one sets it), next to the queue count.
   __device__ __forceinline__ float* column_bound(int c) const { return scores + c * SP + EPI + 1; }
 
-  // Per accumulator row (mt, h) of this thread: whether the row is in the corpus, and the metric's term (cosine:
-  // 1 / max(|c|, 1e-12); l2: -|c|^2), so that key_of() computes a key as the store-and-scan path does.
+  // The metric as the thread-list paths and the shared lists' pre-check apply it, in one place so that every path
+  // computes the same bits: the term of tile row `row` (cosine: 1 / max(|c|, 1e-12); l2: -|c|^2; ip: none) and
+  // the key of a dot product with that row.
+  __device__ __forceinline__ float metric_term(int row) const {
+    if constexpr (Tr::kMetric == kCosine) return rsqrtf(fmaxf(lds(norms + row), 1e-24f));
+    if constexpr (Tr::kMetric == kL2) return -lds(norms + row);
+    return 0.f;
+  }
+  static __device__ __forceinline__ float metric_key(float dot, float term) {
+    if constexpr (Tr::kMetric == kCosine) return dot * term;
+    if constexpr (Tr::kMetric == kL2) return fmaf(2.f, dot, term);
+    return dot;
+  }
+  // Query column of accumulator element e of n8 tile nt, for lane column t = lane & 3 (the callers keep t live:
+  // recomputing lane & 3 at every use made ptxas spill in the pre-check).
+  __device__ __forceinline__ int query_col(int nt, int e, int t) const {
+    return warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+  }
+
+  // Per accumulator row (mt, h) of this thread: whether the row is in the corpus, and the metric's term, so that
+  // key_of() computes a key as the store-and-scan path does.
   struct RowTerms {
     float nrm[MT][2];
     bool valid[MT][2];
@@ -725,9 +744,7 @@ struct TopkBlock {
       for (int h = 0; h < 2; ++h) {
         const int row = row_of(mt, h, g);
         rt.valid[mt][h] = whole || row0 + row < p.n;
-        rt.nrm[mt][h] = 0.f;
-        if constexpr (Tr::kMetric == kCosine) rt.nrm[mt][h] = rsqrtf(fmaxf(lds(norms + row), 1e-24f));
-        if constexpr (Tr::kMetric == kL2) rt.nrm[mt][h] = -lds(norms + row);
+        rt.nrm[mt][h] = metric_term(row);
       }
     }
     return rt;
@@ -736,11 +753,7 @@ struct TopkBlock {
   // (key_raw), and as the lists see it: NaN for a row past n (key_of).
   __device__ __forceinline__ float key_raw(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                            const RowTerms& rt, int mt, int nt, int h, int e) const {
-    const float dot = mma.acc[mt][nt][2 * h + e];
-    float kv = dot;
-    if constexpr (Tr::kMetric == kCosine) kv = dot * rt.nrm[mt][h];
-    if constexpr (Tr::kMetric == kL2) kv = fmaf(2.f, dot, rt.nrm[mt][h]);
-    return kv;
+    return metric_key(mma.acc[mt][nt][2 * h + e], rt.nrm[mt][h]);
   }
   __device__ __forceinline__ float key_of(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                           const RowTerms& rt, int mt, int nt, int h, int e) const {
@@ -766,7 +779,7 @@ struct TopkBlock {
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+        const int col = query_col(nt, e, t);
         float m = -f32_inf();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -776,32 +789,37 @@ struct TopkBlock {
       }
     }
     block_sync();
-    if constexpr (kLaneBounds) {
-      // warp w of the group selects columns 32 w .. 32 w + 31, one per lane
-      const int c = (gtid >> 5) * 32 + lane;
-      const bool need = c < BQ && q0 + c < p.nq && list_bar(c) == -f32_inf();
-      if (ballot(need) != 0) {
-        const float* m = scores + (c < BQ ? c : BQ - 1) * SP;
-        float v[16];
+    if constexpr (kLaneBounds) bound_pass_lanes();
+    else bound_pass_shuffles();
+    block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
+  }
+  // The bound pass's selection, one column per thread (kLaneBounds), after its maxima are stored.
+  __device__ __forceinline__ void bound_pass_lanes() {
+    // warp w of the group selects columns 32 w .. 32 w + 31, one per lane
+    const int c = (gtid >> 5) * 32 + lane;
+    const bool need = c < BQ && q0 + c < p.nq && list_bar(c) == -f32_inf();
+    if (ballot(need) != 0) {
+      const float* m = scores + (c < BQ ? c : BQ - 1) * SP;
+      float v[16];
 #pragma unroll
-        for (int j = 0; j < 16; j += 4) {
-          const float4 x = lds4(m + j);
-          v[j] = x.x;
-          v[j + 1] = x.y;
-          v[j + 2] = x.z;
-          v[j + 3] = x.w;
-        }
-        lane_sort_desc<16>(v);
-#pragma unroll 1
-        for (int j = 16; j < 32; ++j) lane_offer_desc<16>(v, lds(m + j));
-        float b = v[0];  // the k-th largest (k <= 16)
-#pragma unroll
-        for (int i = 1; i < 16; ++i) b = i == p.k - 1 ? v[i] : b;
-        if (need) sts(column_bound(c), b);
+      for (int j = 0; j < 16; j += 4) {
+        const float4 x = lds4(m + j);
+        v[j] = x.x;
+        v[j + 1] = x.y;
+        v[j + 2] = x.z;
+        v[j + 3] = x.w;
       }
-      block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
-      return;
+      lane_sort_desc<16>(v);
+#pragma unroll 1
+      for (int j = 16; j < 32; ++j) lane_offer_desc<16>(v, lds(m + j));
+      float b = v[0];  // the k-th largest (k <= 16)
+#pragma unroll
+      for (int i = 1; i < 16; ++i) b = i == p.k - 1 ? v[i] : b;
+      if (need) sts(column_bound(c), b);
     }
+  }
+  // The bound pass's selection by warp shuffles (configs without kLaneBounds), after its maxima are stored.
+  __device__ __forceinline__ void bound_pass_shuffles() {
     // A warp takes B columns at a time (one selection's shuffle chain is latency-bound: on the H200 one column
     // at a time made the pass ~6 us at nq = 100; 8 at once spill next to 128 query columns' accumulators). Lane 0
     // reads the bars for the warp (with ping-pong the other group may raise a part's bar meanwhile) and alone
@@ -829,7 +847,6 @@ struct TopkBlock {
           if (need[b]) sts(column_bound(c0 + b * Tr::kGroupWarps), x[b]);
       }
     }
-    block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
   }
 
   // Thread-list store-and-scan (a candidate queue overflowed, or a key passed a bar still at -inf): pass by pass,
@@ -859,10 +876,7 @@ struct TopkBlock {
         const float4 s4 = lds4(col + j);
         float k4[4] = {s4.x, s4.y, s4.z, s4.w};  // NaN (rows past n) stays NaN and fails every test
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if constexpr (Tr::kMetric == kCosine) k4[e] *= rsqrtf(fmaxf(lds(norms + r0 + j + e), 1e-24f));
-          if constexpr (Tr::kMetric == kL2) k4[e] = fmaf(2.f, k4[e], -lds(norms + r0 + j + e));
-        }
+        for (int e = 0; e < 4; ++e) k4[e] = metric_key(k4[e], metric_term(r0 + j + e));
         const float top = fmaxf(fmaxf(k4[0], k4[1]), fmaxf(k4[2], k4[3]));  // fmaxf drops NaN
         if (!(top >= fmaxf(bar, tl.bar_key()))) continue;
 #pragma unroll 1
@@ -925,7 +939,7 @@ struct TopkBlock {
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
+          const int col = query_col(nt0 + j, e, t);
           bar[j][e] = nt0 + j < NT && q0 + col < p.nq ? list_bar(col) : f32_nan();  // padding: nothing passes
         }
       }
@@ -953,7 +967,7 @@ struct TopkBlock {
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
+          const int col = query_col(nt0 + j, e, t);
           base[j][e] = open && cnt[j][e] > 0 ? atomic_add_shared(queue_count(col), cnt[j][e]) : QCAP;
         }
       }
@@ -962,7 +976,7 @@ struct TopkBlock {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           if (nt0 + j >= NT) continue;
-          const int col = warp_q * Tr::kWarpQ + (nt0 + j) * 8 + 2 * t + e;
+          const int col = query_col(nt0 + j, e, t);
           if (open && cnt[j][e] > 0 && base[j][e] + cnt[j][e] > QCAP) overflow = true;
           float* qk = queue_keys(col);
           int* qi = queue_idx(col);
@@ -1041,7 +1055,7 @@ struct TopkBlock {
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = warp_q * Tr::kWarpQ + nt * 8 + 2 * t + e;
+        const int col = query_col(nt, e, t);
         const bool live = q0 + col < p.nq;  // padding columns have no list (their meta exists: BQ entries)
         float tk;
         int ti;
@@ -1052,10 +1066,7 @@ struct TopkBlock {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = row_of(mt, h, g);
-            const float dot = mma.acc[mt][nt][2 * h + e];
-            float key = dot;
-            if constexpr (Tr::kMetric == kCosine) key = dot * rsqrtf(fmaxf(lds(norms + row), 1e-24f));
-            if constexpr (Tr::kMetric == kL2) key = fmaf(2.f, dot, -lds(norms + row));
+            const float key = metric_key(mma.acc[mt][nt][2 * h + e], metric_term(row));
             const int id = static_cast<int>(p.index_base + row0 + row);
             hit = hit || (live && row0 + row < p.n && better(key, id, tk, ti));
           }

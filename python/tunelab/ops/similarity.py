@@ -150,7 +150,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     * sm_90 with fp16/bf16, nq > 8 and k <= 16: ping-pong warpgroups on that TMA ring (MMA=3, thread lists, 4
       stages, 64-row epilogue passes): up to 112 queries BLOCK_Q = nq rounded up to 8 and 192-row tiles (3 m64
       blocks per warpgroup), or 128-row tiles where 192 rows would pass :data:`MAX_ACCUMULATORS_PINGPONG_192`
-      (above 72 queries); above 112 queries 128 x 128 tiles and 5 stages. Measured on the H200
+      (above 72 queries, :func:`max_accumulators`); above 112 queries 128 x 128 tiles and 5 stages. Measured on the H200
       (benchmarks/similarity_probe.py --variants pingpong, results/similarity_probe_pingpong.json) against the
       MMA=2 defaults: at nq = 100 (112 queries per block), 128-row tiles 8% faster at 10M and 10% at 1M, 192-row
       tiles (104 queries, which spill a few words: not a default) 13% and 12%, 5% at 50K; at 10M / 1024 10%.
@@ -193,7 +193,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112 and pingpong:
         cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)
-        if accumulators(cfg) > MAX_ACCUMULATORS_PINGPONG_192:  # 192-row tiles of more than 72 queries spill
+        if accumulators(cfg) > max_accumulators(cfg):  # 192-row tiles of more than 72 queries spill
             cfg["BLOCK_N"] = 128
     elif nq <= 112:
         bq = max(16, (int(nq) + 15) // 16 * 16)
@@ -247,19 +247,19 @@ MAX_ACCUMULATORS = 112
 #: The same for MMA 2 and 3 with two MMA warpgroups, whose threads get 240 registers (setmaxnreg): 128 compile
 #: clean, and so do MMA=3's 128-row tiles; its 192-row tiles (three m64 blocks per thread, more values live per
 #: query column in the epilogue) compile clean at 108 (72 queries) and spill at 120 with cosine (80 queries) and
-#: at 144 (96; sm_90, CUDA 13.0): the defaults keep them to MAX_ACCUMULATORS_PINGPONG_192, the tuner's compiled
-#: gate rejects the spilling ones.
+#: at 144 (96; sm_90, CUDA 13.0): their bound is MAX_ACCUMULATORS_PINGPONG_192.
 MAX_ACCUMULATORS_TMA = 128
 MAX_ACCUMULATORS_PINGPONG = 128
 MAX_ACCUMULATORS_PINGPONG_192 = 108
 
 
 def max_accumulators(config: Mapping[str, Any]) -> int:
-    """The accumulator bound of a search config: :data:`MAX_ACCUMULATORS_PINGPONG` for MMA=3,
-    :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 MMA warps, else :data:`MAX_ACCUMULATORS`."""
+    """The accumulator bound of a search config: for MMA=3 :data:`MAX_ACCUMULATORS_PINGPONG`, or
+    :data:`MAX_ACCUMULATORS_PINGPONG_192` with 192-row tiles; :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8 MMA
+    warps, else :data:`MAX_ACCUMULATORS`."""
     c = config
     if c.get("MMA", 0) == 3:
-        return MAX_ACCUMULATORS_PINGPONG
+        return MAX_ACCUMULATORS_PINGPONG_192 if c["BLOCK_N"] == 192 else MAX_ACCUMULATORS_PINGPONG
     return MAX_ACCUMULATORS_TMA if uses_tma(c) and c["WARPS_N"] * c["WARPS_Q"] == 8 else MAX_ACCUMULATORS
 
 

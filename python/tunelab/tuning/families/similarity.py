@@ -44,7 +44,8 @@ Constraints: every warp owns whole m16 x n8 tiles (``BLOCK_N % (16 WARPS_N) == 0
 2..16 warps, thread lists (``MERGE`` 3, 4) only for k within their capacity and with a thread per query column
 (``THREADS >= BLOCK_Q``), ``BLOCK_Q`` not above nq rounded up to 16 (padding columns cost arithmetic and nothing else), at most
 :data:`MAX_ACCUMULATORS` fp32 accumulators per thread (more spill; :data:`MAX_ACCUMULATORS_TMA` for MMA=2 with 8
-warps, :data:`MAX_ACCUMULATORS_PINGPONG` for MMA=3). Static gates: shared memory for the problem's k
+warps, :data:`MAX_ACCUMULATORS_PINGPONG` for MMA=3, :data:`MAX_ACCUMULATORS_PINGPONG_192` with its 192-row
+tiles). Static gates: shared memory for the problem's k
 (``2 * BLOCK_Q * k * 8`` bytes of running lists on top of the pipeline; thread lists need
 ``(parts - 1) * BLOCK_Q * k * 8``) against the arch's opt-in limit, and the
 copy width against d, and ``MMA`` 1..3 only on sm_90. Compiled gates (generic): registers, spills, occupancy.
@@ -63,7 +64,8 @@ from typing import Any, Callable, Mapping
 from tunelab.dtypes import canonical, long_name, short_name
 from tunelab.errors import ConfigError, GateRejection, InputError
 from tunelab.kernel import smem_limit
-from tunelab.ops.similarity import MAX_ACCUMULATORS, MAX_ACCUMULATORS_PINGPONG, MAX_ACCUMULATORS_TMA
+from tunelab.ops.similarity import MAX_ACCUMULATORS, MAX_ACCUMULATORS_PINGPONG, MAX_ACCUMULATORS_PINGPONG_192, \
+    MAX_ACCUMULATORS_TMA
 from tunelab.tuning.family import CompiledCandidate, NumericsReport, Rejection, TunableFamily, next_pow2, \
     problem_from
 from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
@@ -220,7 +222,8 @@ def build_space(problem: Any) -> SearchSpace:
                    "16-byte row rule TMA needs)"),
         Constraint("accumulators_fit_registers", lambda c: c["ACCUMULATORS"] <= _ops().max_accumulators(c),
                    f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA=2 "
-                   f"and 8 warps, {MAX_ACCUMULATORS_PINGPONG} with MMA=3; certain spills)"),
+                   f"and 8 warps, {MAX_ACCUMULATORS_PINGPONG} with MMA=3, {MAX_ACCUMULATORS_PINGPONG_192} with its "
+                   f"192-row tiles; certain spills): lower BLOCK_N or BLOCK_Q"),
         Constraint("thread_lists_threads", lambda c: c["MERGE"] < 3 or c["THREADS"] >= c["BLOCK_Q"],
                    "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
                    code="static.threads"),
