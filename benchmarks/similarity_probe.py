@@ -13,9 +13,11 @@ For each shape (fp16, d = 768, k = 10, inner product) and each config variant, t
   loop      the same kernel on all-NaN queries: every key is NaN, which never passes the pre-check nor enters a
             list, so no tile runs the top-k epilogue past its pre-check, with any MERGE: the main loop's time. (The
             result is empty lists; only the time is kept.)
-  merge     the merge kernel alone (one block per query over splits x k candidates): merge_lists / merge_shared
-            the thread-list (kind 0) and shared-list (kind 2) merges on the same lists, and merge the one of them
-            the op picks (merge_kind; params.cuh: at k = 10 over the search's lists the shared-list merge);
+  merge     the merge kernel alone over the lists the search just wrote: merge_lists / merge_shared /
+            merge_sorted the thread-list (kind 0), shared-list (kind 2) and sorted-list (kind 4) merges on the same
+            lists, and merge the one the op picks (merge_kind; params.cuh: over the search's lists with k <= 32 the
+            sorted-list merge). (Before 2026-11-25 these were timed on the lists the all-NaN search had left:
+            6.7 us for the shared-list merge at nq = 100 against 15-16 on real lists, similarity_gap.py);
   total     the search and then the merge, as the op launches them.
             (A programmatic dependent launch of the merge, griddepcontrol, was measured 15-20 us slower than this
             at N = 50K and 1M, nq = 100, probe at 4ac82fb, and dropped; probably the merge blocks, scheduled
@@ -401,12 +403,13 @@ def main() -> int:
             t_search = summarize(time_callable(p_search, samples=samples))
             t_zero = summarize(time_callable(p_zero, samples=samples))
             t_nan = summarize(time_callable(p_nan, samples=samples))
-            t_kind = {}  # the thread-list (0) and shared-list (2) merges; the op picks one of them at k = 10
-            for kind in (0, 2):
+            t_kind = {}  # the thread-list (0), shared-list (2) and sorted-list (4) merges, on the real lists
+            p_search(stream)  # the NaN search above left empty lists
+            for kind in (0, 2, 4):
                 _, p_kind = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan, merge_kind=kind)
                 t_kind[kind] = summarize(time_callable(p_kind, samples=samples))
             op_kind = comp.merge_args(ck, ci, queries, K, plan["splits"])[4]
-            t_merge, t_merge_lists, t_merge_shared = t_kind[op_kind], t_kind[0], t_kind[2]
+            t_merge, t_merge_lists, t_merge_shared, t_merge_sorted = t_kind[op_kind], t_kind[0], t_kind[2], t_kind[4]
             t_total = summarize(time_callable(lambda: (p_search(stream), p_merge(stream)), samples=samples))
             res = comp.resources
             rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
@@ -415,12 +418,12 @@ def main() -> int:
                          "resident_blocks": comp.resident_blocks(dev, K), "search_us": t_search,
                          "mainloop_us": t_zero, "loop_us": t_nan, "merge_kind": op_kind, "merge_us": t_merge,
                          "merge_lists_us": t_merge_lists,
-                         "merge_shared_us": t_merge_shared, "total_us": t_total,
+                         "merge_shared_us": t_merge_shared, "merge_sorted_us": t_merge_sorted, "total_us": t_total,
                          "torch_us": torch_us, "index_agreement_with_default": agreement})
             print(f"{nq:>5} {n:>9} {name:<24} splits {plan['splits']:>4} regs {res.registers:>3} "
                   f"search {t_search['median']:>9.1f} mainloop {t_zero['median']:>9.1f} loop {t_nan['median']:>9.1f} "
                   f"merge {t_merge['median']:>7.1f} (lists {t_merge_lists['median']:.1f}, shared "
-                  f"{t_merge_shared['median']:.1f}) total {t_total['median']:.1f} "
+                  f"{t_merge_shared['median']:.1f}, sorted {t_merge_sorted['median']:.1f}) total {t_total['median']:.1f} "
                   f"torch {torch_us['median']:>9.1f} "
                   f"agree {agreement:.4f}", flush=True)
         corpus = queries = zeros = nans = None
@@ -440,7 +443,7 @@ def main() -> int:
                                "from_study": str(args.from_study) if args.from_study else None})
     print(f"wrote {path}")
     print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'loop':>9} {'epilogue':>9} {'merge':>7} "
-          f"{'lists':>7} {'shared':>7} {'total':>9} {'torch':>9} {'agree':>6}")
+          f"{'lists':>7} {'shared':>7} {'sorted':>7} {'total':>9} {'torch':>9} {'agree':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} error: {r['error'][:60]}")
@@ -448,7 +451,7 @@ def main() -> int:
         s, m, lp = r["search_us"]["median"], r["mainloop_us"]["median"], r["loop_us"]["median"]
         print(f"{r['nq']:>5} {r['n']:>9} {r['variant']:<24} {s:>9.1f} {m:>9.1f} {lp:>9.1f} {s - lp:>9.1f} "
               f"{r['merge_us']['median']:>7.1f} {r['merge_lists_us']['median']:>7.1f} "
-              f"{r['merge_shared_us']['median']:>7.1f} "
+              f"{r['merge_shared_us']['median']:>7.1f} {r['merge_sorted_us']['median']:>7.1f} "
               f"{r['total_us']['median']:>9.1f} {r['torch_us']['median']:>9.1f} "
               f"{r['index_agreement_with_default']:>6.4f}")
     return 0

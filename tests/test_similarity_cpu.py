@@ -391,6 +391,40 @@ def test_plan_splits_are_balanced_and_capped():
         S.topk_plan(cfg, 1, 2 ** 31, 132, 0)
 
 
+def test_merge_kind_rule():
+    """The search's sorted lists take the sorted-list merge up to k = 32; a dense score matrix never does."""
+    assert S.merge_kind(10, 131 * 10, True) == 4
+    assert S.merge_kind(32, 4 * 32, True) == 4
+    assert S.merge_kind(33, 131 * 33, True) == 2  # past the sorted merge's 32: shared lists
+    assert S.merge_kind(10, 50_000, False) == 0 and S.merge_kind(20, 50_000, False) == 1
+    assert S.merge_kind(10, 1310, False) == 2 and S.merge_kind(300, 1310, False) == 3
+    assert S.merge_threads(4) == 32
+    assert S.merge_smem_bytes(4, 10) == S.merge_smem_bytes(4, 32) == 64 * 8 + 256 * 4 + 16
+    assert S.merge_name_expression(0, 2, 4) == "tunelab::sim::similarity_merge_sorted<0, 2>"
+    with pytest.raises(ConfigError, match="takes k <= 32; k=33"):
+        S.merge_smem_bytes(4, 33)
+    with pytest.raises(ConfigError, match="4 \\(sorted lists"):
+        S.merge_threads(5)
+    sim = _sim()
+    cs = sim.compile_search(sim.default_config(100, 10, "float16", 768), dtype="float16", arch="sm_90")
+
+    class _T:  # stands in for a tensor: merge_args reads shapes and pointers only
+        def __init__(self, *shape):
+            self.shape = shape
+
+        def data_ptr(self):
+            return 0x1000
+
+        def stride(self, dim):
+            return self.shape[-1]
+
+    q = _T(100, 768)
+    assert cs.merge_args(_T(131, 100, 10), _T(131, 100, 10), q, 10, 131)[4] == 4
+    assert cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000))[4] == 2
+    with pytest.raises(ConfigError, match="needs sorted lists"):
+        cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=4)
+
+
 def test_pack_layout_roundtrip():
     cfg = _cfg(BLOCK_Q=32)
     blob = S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5, 100, 5000, 768, 10, 40, 3, 1)

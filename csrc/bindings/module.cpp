@@ -298,6 +298,8 @@ PYBIND11_MODULE(_core, m) {
             return d;
         })
         .def("set_max_dynamic_smem", &Function::set_max_dynamic_smem)
+        .def("set_shared_carveout", &Function::set_shared_carveout, py::arg("percent"),
+             "Preferred shared-memory carveout in percent of the unified L1/shared capacity (0..100; -1: none).")
         .def("param_info", &Function::param_info)
         .def("driver_occupancy", &Function::driver_occupancy, py::arg("threads"), py::arg("dynamic_smem") = 0,
              "Blocks per SM according to the driver (cuOccupancyMaxActiveBlocksPerMultiprocessor).")

@@ -79,9 +79,10 @@ void bind_similarity(py::module_& m) {
         py::arg("list_offset"), "SearchParams bytes (pass to ArgPack.raw(bytes, 8)).");
 
     // merge
-    s.def("merge_kind", &sl::merge_kind, py::arg("k"), py::arg("candidates"),
-          "Merge kernel variant for k and the candidates per query: 0, 1 thread lists (k <= 16, 32; at least 512 "
-          "candidates); 2, 3 shared lists, 8 or 4 warps.");
+    s.def("merge_kind", &sl::merge_kind, py::arg("k"), py::arg("candidates"), py::arg("sorted_lists"),
+          "Merge kernel variant for k, the candidates per query and whether every list is sorted best first (the "
+          "search's lists): 4 sorted lists (k <= 32); 0, 1 thread lists (k <= 16, 32; at least 16384 candidates); "
+          "2, 3 shared lists, 8 or 4 warps.");
     s.def("merge_threads", &sl::merge_threads, py::arg("kind"));
     s.def("merge_smem_bytes", &sl::merge_smem_bytes, py::arg("kind"), py::arg("k"));
     s.def("merge_name_expression", &sl::merge_name_expression, py::arg("dtype"), py::arg("metric"), py::arg("kind"));

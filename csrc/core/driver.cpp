@@ -192,6 +192,14 @@ void Function::set_max_dynamic_smem(int bytes) {
     max_dynamic_smem_ = bytes;
 }
 
+void Function::set_shared_carveout(int percent) {
+    if (percent < -1 || percent > 100)
+        throw ConfigError("shared-memory carveout = " + std::to_string(percent) +
+                          " is not accepted: pass a percentage 0..100, or -1 for the driver's default");
+    check(driver().cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent),
+          "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)");
+}
+
 std::vector<std::pair<size_t, size_t>> Function::param_info() const {
     const DriverApi& d = driver();
     if (!d.cuFuncGetParamInfo)

@@ -42,6 +42,10 @@ public:
     const std::string& name() const { return name_; }
     int attribute(CUfunction_attribute attr) const;
     void set_max_dynamic_smem(int bytes);
+    // The shared-memory carveout the driver should prefer for this function, in percent of the SM's unified
+    // L1/shared capacity (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: 0..100, or -1 for no preference).
+    // ConfigError for a value outside that range.
+    void set_shared_carveout(int percent);
     // (offset, size) of each kernel parameter, from the driver (CUDA >= 12.4).
     std::vector<std::pair<size_t, size_t>> param_info() const;
     // Raises the function's dynamic shared-memory limit to `bytes` when it is below (launches and occupancy

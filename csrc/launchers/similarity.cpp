@@ -323,17 +323,18 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
 
 // ------------------------------------------------------------------------------------------------ merge
 
-int merge_kind(long long k, long long candidates) {
+int merge_kind(long long k, long long candidates, bool sorted_lists) {
     if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
     if (candidates < 1) throw InputError("candidates=" + std::to_string(candidates) + " per query must be >= 1");
-    return tunelab::sim::merge_kind(static_cast<int>(std::min<long long>(k, INT_MAX)), candidates);
+    return tunelab::sim::merge_kind(static_cast<int>(std::min<long long>(k, INT_MAX)), candidates, sorted_lists);
 }
 
 namespace {
 void check_merge_kind(int kind) {
-    if (kind < 0 || kind > 3)
+    if (kind < 0 || kind > 4)
         throw ConfigError("merge kind " + std::to_string(kind) +
-                          " is not 0 (thread lists, k <= 16), 1 (thread lists, k <= 32), 2 (8 warps) or 3 (4 warps)");
+                          " is not 0 (thread lists, k <= 16), 1 (thread lists, k <= 32), 2 (8 warps), 3 (4 warps) "
+                          "or 4 (sorted lists, k <= 32)");
 }
 }  // namespace
 
@@ -345,11 +346,10 @@ int merge_threads(int kind) {
 long long merge_smem_bytes(int kind, int k) {
     check_merge_kind(kind);
     if (k < 1) throw InputError("k=" + std::to_string(k) + " must be >= 1");
-    const int cap = tunelab::sim::merge_kind_capacity(kind);
+    const int cap = tunelab::sim::merge_kind_max_k(kind);
     if (cap > 0 && k > cap)
-        throw ConfigError("merge kind " + std::to_string(kind) + " keeps thread lists of " + std::to_string(cap) +
-                          " entries; k=" + std::to_string(k) + " needs kind " +
-                          std::to_string(k <= 32 ? 1 : 2) + " or above");
+        throw ConfigError("merge kind " + std::to_string(kind) + " takes k <= " + std::to_string(cap) + "; k=" +
+                          std::to_string(k) + " needs kind " + (k <= 32 ? "1, 2 or 3" : "2 or 3"));
     return tunelab::sim::merge_smem_bytes(kind, k);
 }
 
@@ -358,6 +358,8 @@ std::string merge_name_expression(int dtype, int metric, int kind) {
     if (metric < 0 || metric > 2) throw ConfigError("merge: metric code " + std::to_string(metric) + " is not 0..2");
     check_merge_kind(kind);
     const std::string args = std::to_string(dtype) + ", " + std::to_string(metric) + ", ";
+    if (kind == tunelab::sim::kMergeSorted)
+        return "tunelab::sim::similarity_merge_sorted<" + std::to_string(dtype) + ", " + std::to_string(metric) + ">";
     if (const int cap = tunelab::sim::merge_kind_capacity(kind))
         return "tunelab::sim::similarity_merge_lists<" + args + std::to_string(cap) + ">";
     return "tunelab::sim::similarity_merge<" + args + std::to_string(tunelab::sim::merge_kind_warps(kind)) + ">";

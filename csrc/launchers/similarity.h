@@ -70,7 +70,7 @@ int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const st
 // The merge kernel variant for k and the candidates per query (lists x list length; params.cuh: 0, 1 thread lists
 // of 16, 32 entries; 2, 3 shared lists with 8, 4 warps), its threads per block, shared memory for k and template
 // instance.
-int merge_kind(long long k, long long candidates);
+int merge_kind(long long k, long long candidates, bool sorted_lists);
 int merge_threads(int kind);
 long long merge_smem_bytes(int kind, int k);
 std::string merge_name_expression(int dtype, int metric, int kind);

@@ -22,6 +22,7 @@
 
 #include "similarity/gram.cuh"
 #include "similarity/topk.cuh"
+#include "similarity/merge_sorted.cuh"
 
 namespace tunelab {
 namespace sim {
@@ -153,9 +154,13 @@ int main(int argc, char** argv) {
     std::printf("RESULT skip k=%d > thread list capacity %d\n", k, thread_list_capacity(Tr::kMerge));
     return 0;
   }
-  // the merge variant for k, with thread lists (when k fits) for even seeds and for 16 < k <= 32 (the 32-entry
-  // kind), shared lists otherwise: the scenarios have too few candidates for the launcher's rule to pick thread lists
-  const int mkind = merge_kind(k, seed % 2 == 0 || k > 16 ? kMergeListsMinCandidates : 1);
+  // the merge variant: over the search's lists (chunks > 0) with k <= 32 the sorted-list merge, as the launcher
+  // picks, except for seeds 1, 4, 7, ...; otherwise (and over the dense score matrix, chunks = 0) the unsorted
+  // kinds: thread lists (when k fits) for even seeds and for 16 < k <= 32 (the 32-entry kind), shared lists else
+  // (the scenarios have too few candidates for the launcher's rule to pick thread lists)
+  const int mkind = chunks > 0 && k <= kMergeSortedMaxK && seed % 3 != 1
+                        ? kMergeSorted
+                        : merge_kind(k, seed % 2 == 0 || k > 16 ? kMergeListsMinCandidates : 1, false);
   auto run_merge = [&](const MergeParams& mp) {
     const int threads = 32 * merge_kind_warps(mkind), smem_bytes = static_cast<int>(merge_smem_bytes(mkind, k));
     const uint3_ grid{static_cast<unsigned>(nq), 1, 1};
@@ -163,6 +168,7 @@ int main(int argc, char** argv) {
     if (mkind == kMergeLists32) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge_lists<DT, METRIC, 32>(mp); });
     if (mkind == kMergeShared8) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge<DT, METRIC, 8>(mp); });
     if (mkind == kMergeShared4) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge<DT, METRIC, 4>(mp); });
+    if (mkind == kMergeSorted) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge_sorted<DT, METRIC>(mp); });
   };
   if (chunks == 0) {  // unfused: the GEMM kernel writes the padded score matrix, the merge kernel reads it densely
     using G = GramTraits<DT, 64, 64, (DT == kF32 ? 32 : 64), 2, 2, 2, 16, 0, 0, kEpiDot>;

@@ -69,8 +69,12 @@ TOPK_SCENARIOS = [
     (5, 333, 40, 40, 1, 0, 0, 14, 1),
     (40, 250, 40, 10, 1, 1, 0, 17, 1),      # one split of 1-4 tiles: the first tile's bound decides the answer
     (40, 250, 40, 16, 2, 1, 0, 18, 1),      # ... at a thread list's capacity (MERGE 3)
+    # the sorted-list merge (merge kind 4) with more lists than k, so the list heads bound the candidates
+    (6, 2600, 40, 5, 40, 1, 0, 20, 1),      # 40 lists of 5
+    (6, 2600, 40, 8, 40, 2, 1, 21, 1),      # streamed (the running list is one more), exact ties at the bound
+    (3, 17920, 40, 3, 280, 1, 0, 23, 1),    # 280 lists (64-row tiles): a second batch of list heads (merge_sorted.cuh)
 ]
-QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16]
+QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20]
 
 # (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
 GRAM_CONFIGS = [

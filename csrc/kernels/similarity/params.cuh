@@ -144,34 +144,47 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
   return (merge >= 3 ? topk_list_parts(threads, block_q, mma) - 1 : 2) * static_cast<long long>(block_q) * k * 8;
 }
 
-// The merge kernel's variants ("kinds"), chosen by k and the candidates per query: thread lists of 16 or 32
-// entries (similarity_merge_lists<_, _, 16 or 32>, kMergeListWarps warps) when k fits and there are at least
-// kMergeListsMinCandidates candidates per query; else shared lists merged by warps (similarity_merge<_, _, 8 or
-// 4>: above k = 256 eight warps' list buffers, 16 k bytes each, would pass 32 KiB). The search's candidate lists
-// (splits x k <= 132 x 32 per query) take the shared lists: on the H200 at k = 10 they take 6.7 us against the
-// thread lists' 12.3-12.4 with 131-132 lists of 1 and 100 queries, 8.8 against 8.9 with 33 lists of 1024
-// (benchmarks/similarity_probe.py, results/similarity_probe_stream_bounds.json). The rows of a dense score
-// matrix (the unfused ablation: N candidates per query) keep the thread lists.
-enum : int { kMergeLists16 = 0, kMergeLists32 = 1, kMergeShared8 = 2, kMergeShared4 = 3 };
+// The merge kernel's variants ("kinds"), chosen by k, the candidates per query and whether the lists are sorted:
+//   kMergeSorted (4)      the search's lists (each sorted best first) with k <= 32: one warp per query bounds the
+//                         candidates by the list heads and walks only the lists that can reach the top k
+//                         (similarity_merge_sorted, merge_sorted.cuh). On the H200 at k = 10, nq = 100 over 131 lists
+//                         the shared-list merge below took 15-16 us on real lists (benchmarks/similarity_gap.py).
+//   kMergeLists16/32 (0/1) unsorted lists (the rows of a dense score matrix: the unfused ablation) with k <= 16 / 32
+//                         and at least kMergeListsMinCandidates candidates per query: thread lists of 16 or 32
+//                         entries (similarity_merge_lists<_, _, 16 or 32>, kMergeListWarps warps).
+//   kMergeShared8/4 (2/3) anything else: shared lists merged by warps (similarity_merge<_, _, 8 or 4>: above k = 256
+//                         eight warps' list buffers, 16 k bytes each, would pass 32 KiB).
+enum : int { kMergeLists16 = 0, kMergeLists32 = 1, kMergeShared8 = 2, kMergeShared4 = 3, kMergeSorted = 4 };
 constexpr int kMergeListWarps = 8;
 constexpr long long kMergeListsMinCandidates = 16384;
-TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates) {
-  return k <= 32 && candidates >= kMergeListsMinCandidates ? (k <= 16 ? 0 : 1) : k <= 256 ? 2 : 3;
+constexpr int kMergeSortedMaxK = 32;
+TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates, bool sorted_lists) {
+  return sorted_lists && k <= kMergeSortedMaxK                  ? kMergeSorted
+         : k <= 32 && candidates >= kMergeListsMinCandidates ? (k <= 16 ? kMergeLists16 : kMergeLists32)
+         : k <= 256                                           ? kMergeShared8
+                                                              : kMergeShared4;
 }
 TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) {
-  return kind == kMergeShared4 ? 4 : kind == kMergeShared8 ? 8 : kMergeListWarps;
+  return kind == kMergeSorted ? 1 : kind == kMergeShared4 ? 4 : kind == kMergeShared8 ? 8 : kMergeListWarps;
 }
 // Entries of a merge kind's thread lists (the largest k it takes); 0 for the shared-list kinds (any k).
 TUNELAB_SIM_HD constexpr int merge_kind_capacity(int kind) {
   return kind == kMergeLists16 ? 16 : kind == kMergeLists32 ? 32 : 0;
 }
+// The largest k a merge kind takes (0: any k).
+TUNELAB_SIM_HD constexpr int merge_kind_max_k(int kind) {
+  return kind == kMergeSorted ? kMergeSortedMaxK : merge_kind_capacity(kind);
+}
 // Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
 constexpr int kMergeR = 4;
+// Hot-list ids the sorted merge collects per batch (32 x kSortedMergeRounds in merge_sorted.cuh).
+constexpr int kSortedMergeHotIds = 32 * 8;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
-// (capacity * 8 bytes); both: 16 bytes for |q|^2.
+// (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; all: 16 bytes for |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
-  return merge_kind_capacity(kind) > 0
+  return kind == kMergeSorted ? 64 * 8LL + kSortedMergeHotIds * 4LL + 16
+         : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
 }

@@ -1493,11 +1493,13 @@ __device__ __forceinline__ void stash_query_norm2(const MergeParams& p, int q, b
 }
 
 // Entry `rank` of candidate list l of query q as (key, index), or (NaN, -1) for a missing entry (index -1 in the
-// list), which never enters a list. Implicit indices (a dense score matrix) are l * list_len + rank.
+// list), which never enters a list. Implicit indices (a dense score matrix) are l * list_len + rank. The key is
+// loaded whatever the index (every slot exists), so that the two loads are in flight together.
 __device__ __forceinline__ void load_candidate(const MergeParams& p, int q, int l, int rank, float& key, int& ix) {
   const long long at = l * p.list_stride + q * p.query_stride + rank;
+  const float kv = p.cand_key[at];
   const int i = p.implicit_index ? l * p.list_len + rank : p.cand_idx[at];
-  key = i >= 0 ? p.cand_key[at] : f32_nan();
+  key = i >= 0 ? kv : f32_nan();
   ix = i >= 0 ? i : -1;
 }
 

@@ -67,12 +67,15 @@ GRAM_DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "complex64": 3}
 METRICS = {"ip": 0, "cosine": 1, "l2": 2}
 MAX_K = 1024
 #: Merge kernel variants (:func:`_S.merge_kind`): 0, 1 thread lists of 16 and 32 entries, 2, 3 shared lists over 8
-#: and 4 warps. Not the search's MERGE codes (there 0..2 are shared lists, 3 and 4 thread lists).
-MERGE_KINDS = (0, 1, 2, 3)
+#: and 4 warps, 4 sorted lists (the search's, k <= 32: one warp per query walks only the lists whose best entry
+#: can reach the top k). Not the search's MERGE codes (there 0..2 are shared lists, 3 and 4 thread lists).
+MERGE_KINDS = (0, 1, 2, 3, 4)
+#: The merge kind that needs every list sorted best first (the search's candidate lists, not a dense score matrix).
+MERGE_SORTED = 4
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
 
-_SEARCH_SOURCE = '#include "similarity/topk.cuh"\n'
+_SEARCH_SOURCE = '#include "similarity/topk.cuh"\n#include "similarity/merge_sorted.cuh"\n'
 _GRAM_SOURCE = '#include "similarity/gram.cuh"\n'
 
 
@@ -412,7 +415,7 @@ class CompiledSearch:
         return self._smem[k]
 
     def functions(self, device: int):
-        """(search, merge kind 0, 1, 2, 3) loaded on ``device`` (once per device)."""
+        """(search, merge kind 0, 1, 2, 3, 4) loaded on ``device`` (once per device)."""
         return self._loaded.get(device)
 
     def merge_function(self, device: int, kind: int):
@@ -481,7 +484,10 @@ class CompiledSearch:
         when its thread lists are shorter than k); default :func:`_S.merge_kind` of k and the candidates per query."""
         nq, d = queries.shape
         candidates = int(num_lists) * (dense[0] if dense else int(k))
-        kind = int(_S.merge_kind(int(k), candidates)) if kind is None else int(kind)
+        kind = int(_S.merge_kind(int(k), candidates, dense is None)) if kind is None else int(kind)
+        if kind == MERGE_SORTED and dense is not None:
+            raise ConfigError(f"merge kind {MERGE_SORTED} needs sorted lists; the rows of a dense score matrix are "
+                              f"not: pass kind=None (or 0..3)")
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)

@@ -85,6 +85,8 @@ inline unsigned ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 inline float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 inline unsigned shfl_xor_u(unsigned v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 inline float shfl_f(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+inline int shfl_xor_i(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+inline int shfl_i(int v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 inline void syncwarp() { __syncwarp(0xffffffffu); }
 inline int popc(unsigned v) { return __builtin_popcount(v); }
 inline unsigned lanemask_lt(int lane) { return (1u << lane) - 1u; }

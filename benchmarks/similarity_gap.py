@@ -1,0 +1,123 @@
+"""What the search-then-merge sequence costs beyond its two kernels (H200 diagnosis for issue 5).
+
+The stream probe once measured, at nq = 100, N = 50K: search 43.1 us, merge 6.7 us alone, but search then merge
+56.9 us. This script found why: the probe timed its merge on the candidate lists an all-NaN search had left (the
+merge then has nothing to offer: 6.7-8.5 us); on real lists the shared-list merge took 15-16 us, and the sum held.
+That led to the sorted-list merge (merge kind 4, csrc/kernels/similarity/merge_sorted.cuh). It times, on the same
+prepared launches, with the core's protocol (L2 flush, CUDA events, median of ``--samples``):
+
+  search, merge            each alone (merge: the kind the op picks)
+  search+merge             as the op launches them
+  search+search            the fixed cost of a second launch after the search
+  merge+merge              the same for the merge
+  merge no flush           the merge with its lists still in L2
+  merge on NaN lists       the merge on the lists an all-NaN query search leaves (the probe's old mistake)
+  search again            the search once more (drift over the run)
+  carve=100 search+merge   both kernels told to prefer the largest shared-memory carveout (the SM then need not
+                           re-partition L1/shared between them): measured no different
+  graph search+merge       ten search+merge pairs replayed from a CUDA graph, per pair (launch latency hidden;
+                           the corpus partly in L2 from the pair before)
+
+Usage: python3 benchmarks/similarity_gap.py [--shapes 100x50000,100x1000000,1x10000000] [--samples 200]
+Writes benchmarks/results/similarity_gap.json (and $OUT/ when set), prints a table last.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import summarize, write_result  # noqa: E402
+
+K = 10
+D = 768
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="100x50000,100x1000000,1x10000000", help="NQxN,... (d = 768, k = 10, fp16)")
+    ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--data", default="corpus-first,queries-first",
+                    help="how the random inputs are drawn from one seed: corpus-first (as the probe), queries-first")
+    args = ap.parse_args()
+
+    import numpy as np
+    import torch
+
+    from tunelab.ops import similarity as sim
+    from tunelab.timing import time_callable
+
+    dev = torch.cuda.current_device()
+    stream = int(torch.cuda.current_stream().cuda_stream)
+
+    def cur():  # the stream a graph capture runs on
+        return int(torch.cuda.current_stream().cuda_stream)
+    def measure(nq, n, data):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        if data == "corpus-first":  # as similarity_probe.py and similarity.py make them
+            c = torch.randn((n, D), generator=g, device="cuda", dtype=torch.float16)
+            q = torch.randn((nq, D), generator=g, device="cuda", dtype=torch.float16)
+        elif data == "queries-first":
+            q = torch.randn((nq, D), generator=g, device="cuda").half()
+            c = torch.randn((n, D), generator=g, device="cuda").half()
+        else:
+            raise SystemExit(f"--data {data!r}: use corpus-first and/or queries-first")
+        cfg, _ = sim.resolve_config(dev, nq=nq, n=n, d=D, k=K, dtype="float16", metric="ip")
+        cs = sim.compile_search(cfg, dtype="float16", metric="ip", arch=sim._arch(dev))
+        plan = cs.plan(dev, nq, n, K)
+        ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
+        ci = torch.empty((plan["splits"], nq, K), dtype=torch.int32, device="cuda")
+        sc = torch.empty((nq, K), dtype=torch.float32, device="cuda")
+        ix = torch.empty((nq, K), dtype=torch.int64, device="cuda")
+        p_s, p_m = cs.prepare(dev, q, c, K, ck, ci, sc, ix, plan)
+        nans = torch.full_like(q, float("nan"))
+        p_nan, _ = cs.prepare(dev, nans, c, K, ck, ci, sc, ix, plan)
+        kind = cs.merge_args(ck, ci, q, K, plan["splits"], out_score=sc, out_index=ix)[4]
+        f_s, f_m = cs.functions(dev)[0], cs.merge_function(dev, kind)
+
+        def t(fn, **kw):
+            return summarize(time_callable(fn, warmup=10, samples=args.samples, stream=stream, **kw))
+
+        res = {"nq": nq, "n": n, "data": data, "config": cfg, "splits": plan["splits"], "merge_kind": kind}
+        res["search"] = t(p_s)
+        res["merge"] = t(p_m)
+        res["search+merge"] = t(lambda: (p_s(stream), p_m(stream)))
+        res["search+search"] = t(lambda: (p_s(stream), p_s(stream)))
+        res["merge+merge"] = t(lambda: (p_m(stream), p_m(stream)))
+        res["merge no flush"] = t(p_m, flush_l2=False)
+        p_nan(stream)  # the candidate lists a NaN-query search leaves (what the probe's merge timing read)
+        res["merge on NaN lists"] = t(p_m)
+        res["search again"] = t(p_s)
+        f_m.set_shared_carveout(100)
+        f_s.set_shared_carveout(100)
+        res["carve=100 search+merge"] = t(lambda: (p_s(stream), p_m(stream)))
+        f_m.set_shared_carveout(-1)
+        f_s.set_shared_carveout(-1)
+        res["graph search+merge"] = t(lambda: (p_s(cur()), p_m(cur())), cuda_graph=True, graph_launches=10)
+        ref = torch.topk(q.float() @ c.float().T, K, dim=1)
+        p_s(stream), p_m(stream)
+        torch.cuda.synchronize()
+        res["index_agreement_with_fp32_topk"] = float((ix == ref.indices).float().mean())
+        return res
+
+    rows = []
+    for shape in args.shapes.split(","):
+        nq, n = (int(x) for x in shape.lower().split("x"))
+        for data in args.data.split(","):
+            rows.append(measure(nq, n, data))
+            torch.cuda.empty_cache()
+
+    keys = ["search", "merge", "search+merge", "search+search", "merge+merge", "merge no flush", "merge on NaN lists",
+            "search again", "carve=100 search+merge", "graph search+merge"]
+    path = write_result("similarity_gap", {"rows": rows})
+    print(f"wrote {path}")
+    print(f"{'shape':>13}{'data':>8}" + " ".join(f"{k[:14]:>14}" for k in keys) + "  agree")
+    for r in rows:
+        print(f"{r['nq']:>4}x{r['n']:<8}{r['data'][:7]:>8}" + " ".join(f"{r[k]['median']:>14.1f}" for k in keys)
+              + f"  {r['index_agreement_with_fp32_topk']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

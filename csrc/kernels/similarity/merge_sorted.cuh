@@ -1,0 +1,181 @@
+// The merge of sorted candidate lists for k <= 32 (merge kind kMergeSorted): one warp per query.
+//
+// The search leaves, per split and query, a list of k candidates sorted best first (missing entries, index -1,
+// last); streamed chunks add the running list of earlier chunks, sorted too. The general merges (shared lists,
+// thread lists) offer every one of the splits x k candidates to a running top-k: on the H200 at nq = 100 over 131
+// lists of 10 that took 15-16 us, as much as a third of the search at N = 50K. Sorted lists allow a bound first:
+//
+//   1. Every lane takes the heads (best entries) of lists lane, lane + 32, ... and keeps their maximum. The k-th
+//      largest of the 32 lane maxima, T, is at most the k-th best candidate overall: the k lanes holding the
+//      largest maxima supply k distinct candidates >= T. (Fewer than k lanes with a list: T = -inf.)
+//   2. Only a list whose head is >= T can hold an entry >= T. The warp walks those lists ("hot": about k of them
+//      when T is tight, each list's k entries loaded by k lanes at once, 32 / k lists per load) and keeps the
+//      entries >= T; at 131 lists of 10 that is ~10-20 entries instead of 1310.
+//   3. Kept entries gather in shared memory; every 32 of them are sorted across the warp (bitonic) and merged
+//      into the running top 32 (one entry per lane, lane 0 the best), whose k-th entry then raises T.
+//
+// The tie rule is the family's (better(): larger key, or equal with a smaller index): entries equal to T are kept,
+// so the exact rule decides among them. NaN keys never enter (the search's lists hold none; a missing entry is
+// skipped by its index). Shared memory: merge_smem_bytes(kMergeSorted, k) in params.cuh: 64 kept entries (8
+// bytes each), 32 x kSortedMergeRounds hot-list ids, 16 bytes for |q|^2.
+#pragma once
+
+#include "similarity/topk.cuh"  // MergeParams' helpers: load_candidate, write_merged, stash_query_norm2
+
+namespace tunelab {
+namespace sim {
+
+// Compare-exchange of one (key, index) pair per lane with lane ^ stride: the lane keeps the better pair when
+// keep_better, else the worse (equal pairs, the empty sentinels, are the same either way).
+__device__ __forceinline__ void warp_cas_pair(float& key, int& idx, int stride, bool keep_better) {
+  const float ok = shfl_xor_f(key, stride);
+  const int oi = shfl_xor_i(idx, stride);
+  if (better(ok, oi, key, idx) == keep_better) {
+    key = ok;
+    idx = oi;
+  }
+}
+
+// Bitonic sort of one pair per lane across the warp, best first (lane 0 the best).
+__device__ __forceinline__ void warp_sort_pairs(float& key, int& idx, int lane) {
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1)
+      warp_cas_pair(key, idx, stride, ((lane & stride) == 0) == ((lane & size) == 0));
+  }
+}
+
+// (rk, ri): the best 32 of the running list (sorted, one pair per lane) and the sorted pairs (ck, ci): the
+// running list against the other reversed, pairwise better (a bitonic sequence holding the best 32 of the
+// union), then a bitonic merge.
+__device__ __forceinline__ void warp_merge_sorted_pairs(float& rk, int& ri, float ck, int ci, int lane) {
+  const float rev_k = shfl_f(ck, 31 - lane);
+  const int rev_i = shfl_i(ci, 31 - lane);
+  if (better(rev_k, rev_i, rk, ri)) {
+    rk = rev_k;
+    ri = rev_i;
+  }
+#pragma unroll
+  for (int stride = 16; stride > 0; stride >>= 1) warp_cas_pair(rk, ri, stride, (lane & stride) == 0);
+}
+
+// Lists whose heads a lane keeps in registers from the bound to the hot-list pass (lists up to 32 x this: one
+// batch; more lists are walked in batches of as many, their heads read again).
+constexpr int kSortedMergeRounds = kSortedMergeHotIds / 32;
+// Entries each lane loads before it filters them (independent loads in flight).
+constexpr int kSortedMergeLoads = 8;
+
+template <int DTYPE, int METRIC>
+__global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_constant__ MergeParams p) {
+  constexpr int R = kSortedMergeRounds, U = kSortedMergeLoads;
+  extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
+  float* bkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [64] kept entries not yet merged
+  int* bidx = reinterpret_cast<int*>(bkey + 64);                     // [64]
+  int* hot = bidx + 64;                                              // [32 R] hot lists of one batch
+  float* qnorm = reinterpret_cast<float*>(hot + 32 * R);
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int q = static_cast<int>(blockIdx.x);
+  const int k = p.k;  // the launcher keeps k <= 32 for this kind
+  const int L = p.num_lists;
+
+  stash_query_norm2<DTYPE, METRIC>(p, q, true, lane, qnorm);  // its loads overlap the heads'
+
+  // 1. the bound: k-th largest of the lane maxima of the list heads (the first batch's heads stay in registers)
+  float head[R];
+  float head_max = -f32_inf();
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    int ix = -1;
+    head[j] = f32_nan();  // no list, or a missing head: never hot
+    if (lane + 32 * j < L) load_candidate(p, q, lane + 32 * j, 0, head[j], ix);
+    if (ix < 0) head[j] = f32_nan();
+  }
+  for (int l = lane + 32 * R; l < L; l += 32) {
+    float key;
+    int ix;
+    load_candidate(p, q, l, 0, key, ix);
+    if (ix >= 0) head_max = fmaxf(head_max, key);
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) head_max = fmaxf(head_max, head[j]);  // fmaxf passes NaN by
+  float bound = warp_kth_largest(head_max, k, lane);
+
+  // 2 + 3. per batch of 32 R lists: the hot ones' ids to hot[], then their entries, U loads per lane at a time
+  float rk = -f32_inf();  // running top 32, best first; empty: (-inf, INT_MAX), which every candidate beats
+  int ri = 0x7fffffff;
+  int kept = 0;  // entries in bkey / bidx (uniform over the warp)
+  auto merge_kept = [&](int count) {  // sorts bkey[0 .. count) (count <= 32) into the running list
+    syncwarp();
+    float ck = lane < count ? lds(bkey + lane) : -f32_inf();
+    int ci = lane < count ? lds(bidx + lane) : 0x7fffffff;
+    warp_sort_pairs(ck, ci, lane);
+    warp_merge_sorted_pairs(rk, ri, ck, ci, lane);
+    const float kth = shfl_f(rk, k - 1);
+    if (shfl_i(ri, k - 1) != 0x7fffffff) bound = fmaxf(bound, kth);  // the list holds k: nothing below enters
+  };
+  for (int batch = 0; batch < L; batch += 32 * R) {
+    int hot_count = 0;
+    syncwarp();  // the previous batch's readers of hot[] are done
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int l = batch + 32 * j + lane;
+      float key = head[j];
+      if (batch > 0) {  // heads beyond the first batch are read again
+        int ix = -1;
+        key = f32_nan();
+        if (l < L) load_candidate(p, q, l, 0, key, ix);
+        if (ix < 0) key = f32_nan();
+      }
+      const bool is_hot = key >= bound;  // false for NaN
+      const unsigned mask = ballot(is_hot);
+      if (is_hot) sts(hot + hot_count + popc(mask & lanemask_lt(lane)), l);
+      hot_count += popc(mask);
+    }
+    syncwarp();
+    const int entries = hot_count * k;
+    for (int e0 = 0; e0 < entries; e0 += 32 * U) {
+      float key[U];
+      int ix[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {  // U independent loads in flight
+        const int e = e0 + 32 * u + lane;
+        key[u] = f32_nan();
+        ix[u] = -1;
+        if (e < entries) {
+          const int h = e / k;
+          load_candidate(p, q, lds(hot + h), e - h * k, key[u], ix[u]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool keep = ix[u] >= 0 && key[u] >= bound;  // false for NaN
+        const unsigned keep_mask = ballot(keep);
+        if (keep) {
+          const int at = kept + popc(keep_mask & lanemask_lt(lane));
+          sts(bkey + at, key[u]);
+          sts(bidx + at, ix[u]);
+        }
+        kept += popc(keep_mask);
+        if (kept >= 32) {
+          merge_kept(32);
+          syncwarp();  // every lane has read entries 0..31
+          if (lane < kept - 32) {
+            sts(bkey + lane, lds(bkey + 32 + lane));
+            sts(bidx + lane, lds(bidx + 32 + lane));
+          }
+          kept -= 32;
+        }
+      }
+    }
+  }
+  if (kept > 0) merge_kept(kept);
+
+  syncwarp();
+  float qn2 = 0.f;
+  if constexpr (METRIC != kIP) qn2 = lds(qnorm);
+  if (lane < k) write_merged<METRIC>(p, q, lane, ri != 0x7fffffff, rk, ri, qn2);
+}
+
+}  // namespace sim
+}  // namespace tunelab
