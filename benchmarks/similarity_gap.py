@@ -18,7 +18,13 @@ prepared launches, with the core's protocol (L2 flush, CUDA events, median of ``
   graph search+merge       ten search+merge pairs replayed from a CUDA graph, per pair (launch latency hidden;
                            the corpus partly in L2 from the pair before)
 
+With ``--placement`` it instead asks whether the search time depends on where the corpus lies in memory (the
+50K / 100 search took 43.6 us on the corpus-first draw, 58.5 on queries-first, with statistically identical
+data): the same corpus copied into a larger buffer at row offsets ``--offsets``, the search and torch's
+matmul + topk timed at each, with the corpus and query addresses modulo 2 MiB.
+
 Usage: python3 benchmarks/similarity_gap.py [--shapes 100x50000,100x1000000,1x10000000] [--samples 200]
+       python3 benchmarks/similarity_gap.py --placement [--offsets 0,1,8,64,683,1365] [--shapes 100x50000]
 Writes benchmarks/results/similarity_gap.json (and $OUT/ when set), prints a table last.
 """
 from __future__ import annotations
@@ -40,6 +46,9 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--data", default="corpus-first,queries-first",
                     help="how the random inputs are drawn from one seed: corpus-first (as the probe), queries-first")
+    ap.add_argument("--placement", action="store_true", help="time the search with the corpus at --offsets")
+    ap.add_argument("--offsets", default="0,1,8,64,683,1365,2731",
+                    help="corpus row offsets in its buffer (1536-byte rows at d = 768: 683 ~ 1 MiB, 1365 ~ 2 MiB)")
     args = ap.parse_args()
 
     import numpy as np
@@ -53,6 +62,17 @@ def main() -> int:
 
     def cur():  # the stream a graph capture runs on
         return int(torch.cuda.current_stream().cuda_stream)
+    def compiled(nq, n):
+        """The op's config for the shape, compiled; its launch plan; the candidate and output buffers."""
+        cfg, _ = sim.resolve_config(dev, nq=nq, n=n, d=D, k=K, dtype="float16", metric="ip")
+        cs = sim.compile_search(cfg, dtype="float16", metric="ip", arch=sim._arch(dev))
+        plan = cs.plan(dev, nq, n, K)
+        bufs = (torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda"),
+                torch.empty((plan["splits"], nq, K), dtype=torch.int32, device="cuda"),
+                torch.empty((nq, K), dtype=torch.float32, device="cuda"),
+                torch.empty((nq, K), dtype=torch.int64, device="cuda"))
+        return cfg, cs, plan, bufs
+
     def measure(nq, n, data):
         g = torch.Generator(device="cuda").manual_seed(0)
         if data == "corpus-first":  # as similarity_probe.py and similarity.py make them
@@ -63,13 +83,7 @@ def main() -> int:
             c = torch.randn((n, D), generator=g, device="cuda").half()
         else:
             raise SystemExit(f"--data {data!r}: use corpus-first and/or queries-first")
-        cfg, _ = sim.resolve_config(dev, nq=nq, n=n, d=D, k=K, dtype="float16", metric="ip")
-        cs = sim.compile_search(cfg, dtype="float16", metric="ip", arch=sim._arch(dev))
-        plan = cs.plan(dev, nq, n, K)
-        ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
-        ci = torch.empty((plan["splits"], nq, K), dtype=torch.int32, device="cuda")
-        sc = torch.empty((nq, K), dtype=torch.float32, device="cuda")
-        ix = torch.empty((nq, K), dtype=torch.int64, device="cuda")
+        cfg, cs, plan, (ck, ci, sc, ix) = compiled(nq, n)
         p_s, p_m = cs.prepare(dev, q, c, K, ck, ci, sc, ix, plan)
         nans = torch.full_like(q, float("nan"))
         p_nan, _ = cs.prepare(dev, nans, c, K, ck, ci, sc, ix, plan)
@@ -79,7 +93,8 @@ def main() -> int:
         def t(fn, **kw):
             return summarize(time_callable(fn, warmup=10, samples=args.samples, stream=stream, **kw))
 
-        res = {"nq": nq, "n": n, "data": data, "config": cfg, "splits": plan["splits"], "merge_kind": kind}
+        res = {"nq": nq, "n": n, "data": data, "config": cfg, "splits": plan["splits"], "merge_kind": kind,
+               "corpus_addr_mod_2MiB": c.data_ptr() % (2 << 20), "query_addr_mod_2MiB": q.data_ptr() % (2 << 20)}
         res["search"] = t(p_s)
         res["merge"] = t(p_m)
         res["search+merge"] = t(lambda: (p_s(stream), p_m(stream)))
@@ -100,6 +115,52 @@ def main() -> int:
         torch.cuda.synchronize()
         res["index_agreement_with_fp32_topk"] = float((ix == ref.indices).float().mean())
         return res
+
+    def placement(nq, n):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        base = torch.randn((n, D), generator=g, device="cuda", dtype=torch.float16)
+        q0 = torch.randn((nq, D), generator=g, device="cuda", dtype=torch.float16)
+        offsets = [int(x) for x in args.offsets.split(",")]
+        buf = torch.empty((n + max(offsets), D), device="cuda", dtype=torch.float16)
+        qbuf = torch.empty((nq + 64, D), device="cuda", dtype=torch.float16)
+        _, cs, plan, (ck, ci, sc, ix) = compiled(nq, n)
+        ref = torch.topk(q0.float() @ base.float().T, K, dim=1).indices
+        out = []
+        for qoff in (0, 1):
+            q = qbuf[qoff:qoff + nq]
+            q.copy_(q0)
+            for off in offsets:
+                c = buf[off:off + n]
+                c.copy_(base)
+                p_s, p_m = cs.prepare(dev, q, c, K, ck, ci, sc, ix, plan)
+                r = {"nq": nq, "n": n, "corpus_row_offset": off, "query_row_offset": qoff,
+                     "corpus_addr_mod_2MiB": c.data_ptr() % (2 << 20), "query_addr_mod_2MiB": q.data_ptr() % (2 << 20)}
+                r["search"] = summarize(time_callable(p_s, warmup=10, samples=args.samples, stream=stream))
+                r["search+merge"] = summarize(time_callable(lambda: (p_s(stream), p_m(stream)), warmup=10,
+                                                            samples=args.samples, stream=stream))
+                r["torch"] = summarize(time_callable(lambda: torch.topk(q @ c.T, K, dim=1), warmup=10,
+                                                     samples=args.samples, stream=stream))
+                p_s(stream), p_m(stream)
+                torch.cuda.synchronize()
+                r["index_agreement_with_fp32_topk"] = float((ix == ref).float().mean())
+                out.append(r)
+        return out
+
+    if args.placement:
+        rows = []
+        for shape in args.shapes.split(","):
+            nq, n = (int(x) for x in shape.lower().split("x"))
+            rows += placement(nq, n)
+        path = write_result("similarity_gap_placement", {"rows": rows})
+        print(f"wrote {path}")
+        print(f"{'shape':>13} {'c off':>6} {'q off':>5} {'c mod 2M':>9} {'q mod 2M':>9} {'search':>8} "
+              f"{'s+merge':>8} {'torch':>8}  agree")
+        for r in rows:
+            print(f"{r['nq']:>4}x{r['n']:<8} {r['corpus_row_offset']:>6} {r['query_row_offset']:>5} "
+                  f"{r['corpus_addr_mod_2MiB']:>9} {r['query_addr_mod_2MiB']:>9} {r['search']['median']:>8.1f} "
+                  f"{r['search+merge']['median']:>8.1f} {r['torch']['median']:>8.1f}  "
+                  f"{r['index_agreement_with_fp32_topk']:.3f}")
+        return 0
 
     rows = []
     for shape in args.shapes.split(","):

@@ -201,8 +201,9 @@ def stream_variants(nq: int) -> list[tuple[str, dict, int | None]]:
 
 
 # TopkBlock's trace slots (csrc/kernels/similarity/topk.cuh): per block 64 %globaltimer stamps, then 64 clock64
-TRACE_SLOTS, TRACE_TURN0, TRACE_TURNS = 64, 8, 6
-TRACE_EVENTS = {"entry": 0, "producer_start": 1, "producer_done": 2, "mma_start": 3, "end_barrier": 56, "done": 57}
+TRACE_SLOTS, TRACE_TURN0, TRACE_TURNS, TRACE_WHY = 64, 8, 6, 60
+TRACE_EVENTS = {"entry": 0, "producer_start": 1, "producer_done": 2, "mma_start": 3, "end_barrier": 56, "done": 57,
+                "scan_group0": 58, "scan_group1": 59}  # scan: the group's last store-and-scan (a queue overflowed)
 TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
 
 
@@ -250,12 +251,19 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
                           "main_loop_us": float(np.median(c[:, 1] - c[:, 0]) / 1e3),
                           "bound_and_precheck_us": float(np.median(c[:, 2] - c[:, 1]) / 1e3),
                           "insertion_us": float(np.median(c[:, 3] - c[:, 2]) / 1e3)})
+    why = []  # TopkBlock::trace_why(): per block and tile group, why its pre-check took the store-and-scan path
+    for b in range(blocks):
+        for grp in range(2):
+            v = int(t[b, 0, TRACE_WHY + grp]) & 0xFFFF_FFFF_FFFF_FFFF  # stored as int64: the reason's top bit
+            if v:
+                why.append({"block": b, "group": grp, "reason": {1: "bar -inf", 2: "queue full"}.get(v >> 62, v >> 62),
+                            "column": v & 0xFFFF, "tile": (v >> 16) & 0xFFFF, "count": (v >> 32) & 0xFFFF})
     done = ns[:, TRACE_EVENTS["done"]]
     cyc = t[:, 1, :].astype(np.float64)
     span_cyc = cyc[:, TRACE_EVENTS["done"]] - cyc[:, TRACE_EVENTS["entry"]]
     span_ns = done - ns[:, TRACE_EVENTS["entry"]]
     ok = (span_ns > 0) & (span_cyc > 0)
-    return {"events": events, "turns": turns, "span_us": float((done.max() - t0) / 1e3),
+    return {"events": events, "turns": turns, "scans": why, "span_us": float((done.max() - t0) / 1e3),
             "sm_clock_ghz": float(np.median(span_cyc[ok] / span_ns[ok])) if ok.any() else None,
             "smids": sorted({int(x) for x in t[:, 0, 4]})[:8]}
 
@@ -264,9 +272,13 @@ def print_timeline(row: dict) -> None:
     """The block timeline of one variant as a short table."""
     print(f"== {row['nq']} x {row['n']} {row['variant']}: span {row['span_us']:.1f} us, SM clock "
           f"{row['sm_clock_ghz'] or 0:.2f} GHz, {row['tiles_per_split']} tiles per split", flush=True)
+    for sc in row.get("scans", []):
+        print(f"   store-and-scan: block {sc['block']} group {sc['group']} tile {sc['tile']} column {sc['column']}: "
+              f"{sc['reason']} ({sc['count']} keys)")
     for name, st in row["events"].items():
         if st:
-            print(f"   {name:<16} median {st['median']:7.2f}  min {st['min']:7.2f}  max {st['max']:7.2f} us")
+            print(f"   {name:<16} median {st['median']:7.2f}  min {st['min']:7.2f}  max {st['max']:7.2f} us"
+                  f"  ({st['blocks']} blocks)")
     print(f"   {'group turn':<12} {'start':>7} {'loop':>7} {'pre-chk':>7} {'insert':>7} {'ends':>7}  blocks")
     for tr in row["turns"]:
         print(f"   g{tr['group']} t{tr['turn']:<8} {tr['loop_start_us']:7.2f} {tr['main_loop_us']:7.2f} "
@@ -291,6 +303,9 @@ def main() -> int:
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
     ap.add_argument("--trace", default=None, help="one NQxN shape: each variant's block timeline (diagnosis build)")
+    ap.add_argument("--data", choices=("corpus-first", "queries-first"), default="corpus-first",
+                    help="how the random inputs are drawn (benchmarks/similarity_gap.py --data)")
+    ap.add_argument("--seed", type=int, default=0, help="the inputs' generator seed")
     ap.add_argument("--variants", choices=(*VARIANT_SETS, "all"), default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
                          "pingpong: MMA=3 against MMA=2; cluster: CLUSTER 2, 4 against the default; prefetch: "
@@ -357,9 +372,13 @@ def main() -> int:
         list(pool.map(lambda a: warm(*a), [(nq, over) for nq, _ in shapes for _, over, _ in variant_list(nq)]))
     rows = []
     for nq, n in shapes:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        corpus = torch.randn(n, D, device="cuda", dtype=tdtype, generator=g)
-        queries = torch.randn(nq, D, device="cuda", dtype=tdtype, generator=g)
+        g = torch.Generator(device="cuda").manual_seed(args.seed)
+        if args.data == "corpus-first":
+            corpus = torch.randn(n, D, device="cuda", dtype=tdtype, generator=g)
+            queries = torch.randn(nq, D, device="cuda", dtype=tdtype, generator=g)
+        else:  # as benchmarks/similarity_gap.py --data queries-first
+            queries = torch.randn(nq, D, device="cuda", generator=g).to(tdtype)
+            corpus = torch.randn(n, D, device="cuda", generator=g).to(tdtype)
         zeros = torch.zeros_like(queries)
         nans = torch.full_like(queries, float("nan"))
         torch_us = None

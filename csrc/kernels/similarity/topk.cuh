@@ -45,8 +45,8 @@
 // N = 10M, nq = 100 and 16 of the 46 ms at nq = 1024, more than ping-pong hides. So the pre-check itself hands
 // over the keys that pass: each thread compares its accumulators with their column's bar and appends a passing
 // (key, index) to the column's queue in the score tile (an atomic slot count; kQueueCap entries), and after one
-// barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (all-tie input, k near
-// the queue's size) does the tile take the store-and-scan path, over every column. Either way the same keys reach
+// barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (all-tie input, more
+// than kQueueCap passing keys) does the tile take the store-and-scan path, over every column. Either way the same keys reach
 // the lists and the exact rule decides, so the result does not depend on the path.
 //
 // Bound pass (thread lists): on a split's first tile no list is full, so every key would pass a bar of -inf and
@@ -430,8 +430,14 @@ struct TopkTraits {
   static constexpr int kMetaBytes = kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16 + kWarpsN * kBlockQ * 4;
   // Thread lists: the candidate queue of query column c lives in the group's score tile, in column c's stretch of
   // SP floats: keys at [0, kQueueCap), indices at [kQueueCap, 2 kQueueCap), the slot count at EPI (the pitch's
-  // padding, which the store-and-scan path neither writes nor reads, so the count survives it).
-  static constexpr int kQueueCap = kEpiRows / 2 < 32 ? kEpiRows / 2 : 32;
+  // padding, which the store-and-scan path neither writes nor reads, so the count survives it). The queue takes
+  // the whole stretch (32 entries with 64-row epilogues, 64 with 128). An overflow is rare but not free: at N = 50K,
+  // nq = 100 (default EPI_ROWS 64) one random draw of twelve (similarity_gap.py --data queries-first, seed 0) sends
+  // 33 keys of one column into a tile group's second tile, whose bar is still the first tile's bound (no part's
+  // list is full yet), and that block's store-and-scan takes the search from 43 to 58 us: a split has 3 tiles, so
+  // its block's end is the kernel's (similarity_probe.py --trace --data queries-first names the block, tile,
+  // column and reason).
+  static constexpr int kQueueCap = kEpiRows / 2;
   // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring; MMA=3: then order[2], which hands the
   // tensor cores from one warpgroup's main loop to the other's (see run())
   static constexpr int kBarOffset = kMetaOffset + kMetaBytes;
@@ -577,7 +583,8 @@ struct TopkBlock {
   // are meaningless. Slots (kTrace*): see the constants; a tile group's turn u < kTraceTurns - 1 at
   // kTraceTurn0 + (group * kTraceTurns + u) * 4 + {0: its main loop starts (the order wait passed), 1: the main
   // loop's MMAs are done, 2: the pre-check's barrier passed, 3: the epilogue is done}; later turns overwrite the
-  // last turn's slots.
+  // last turn's slots. kTraceScan + group: the group's last store-and-scan (a queue overflowed), 0 if none;
+  // kTraceWhy + group: why (trace_why()).
 #ifdef TUNELAB_SIM_TRACE
   static constexpr bool kTrace = true;
 #else
@@ -585,7 +592,7 @@ struct TopkBlock {
 #endif
   static constexpr int kTraceSlots = 64, kTraceEntry = 0, kTraceProducerStart = 1, kTraceProducerDone = 2,
                        kTraceMmaStart = 3, kTraceSmid = 4, kTraceTurn0 = 8, kTraceTurns = 6, kTraceEndBarrier = 56,
-                       kTraceDone = 57;
+                       kTraceDone = 57, kTraceScan = 58, kTraceWhy = 60;
   int trace_turn = 0;  // this tile group's turn (the epilogue's events)
   __device__ __forceinline__ void trace(int slot) const {
 #ifdef TUNELAB_SIM_TRACE
@@ -602,6 +609,19 @@ struct TopkBlock {
     }
 #else
     (void)slot;
+#endif
+  }
+  // Why a group's pre-check sent its tile to the store-and-scan path, as one u64 (not a time): bits 62-63 the
+  // reason (1: a key passed a bar still at -inf, 2: a queue overflowed), 0-15 the column, 16-31 the tile, 32-47
+  // the keys that passed (2: the queue's count with them). Any one thread's report; the last tile's wins.
+  __device__ __forceinline__ void trace_why(unsigned long long reason, int col, int tile, int count) const {
+#ifdef TUNELAB_SIM_TRACE
+    unsigned long long* t = reinterpret_cast<unsigned long long*>(p.cand_key) +
+                            (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTraceSlots;
+    t[kTraceWhy + grp] = reason << 62 | static_cast<unsigned long long>(count & 0xffff) << 32 |
+                         static_cast<unsigned long long>(tile & 0xffff) << 16 | (col & 0xffff);
+#else
+    (void)reason, (void)col, (void)tile, (void)count;
 #endif
   }
   __device__ __forceinline__ void trace_turn_event(int event) const {
@@ -956,7 +976,10 @@ struct TopkBlock {
             for (int h = 0; h < 2; ++h)
               cnt[j][e] += rt.valid[mt][h] && key_raw(mma, rt, mt, nt0 + j, h, e) >= bar[j][e] ? 1 : 0;
           // no list of the column is full and no bound: every key passes, the queue would overflow
-          if (cnt[j][e] > 0 && bar[j][e] == -f32_inf()) overflow = true;
+          if (cnt[j][e] > 0 && bar[j][e] == -f32_inf()) {
+            overflow = true;
+            if constexpr (kTrace) trace_why(1, query_col(nt0 + j, e, t), tile, cnt[j][e]);
+          }
           some = some || cnt[j][e] > 0;
         }
       }
@@ -977,7 +1000,10 @@ struct TopkBlock {
         for (int e = 0; e < 2; ++e) {
           if (nt0 + j >= NT) continue;
           const int col = query_col(nt0 + j, e, t);
-          if (open && cnt[j][e] > 0 && base[j][e] + cnt[j][e] > QCAP) overflow = true;
+          if (open && cnt[j][e] > 0 && base[j][e] + cnt[j][e] > QCAP) {
+            overflow = true;
+            if constexpr (kTrace) trace_why(2, col, tile, base[j][e] + cnt[j][e]);
+          }
           float* qk = queue_keys(col);
           int* qi = queue_idx(col);
           int slot = base[j][e];  // QCAP when this thread appends nothing to the column
@@ -1000,6 +1026,7 @@ struct TopkBlock {
     const bool any_overflow = block_sync_or(overflow);
     trace_turn_event(2);
     if (any_overflow) {
+      if (kTrace && gtid == 0) trace(kTraceScan + grp);
       store_and_scan(mma, tile);
       return;
     }
