@@ -67,9 +67,9 @@ int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const st
             long long d);
 
 // ------------------------------------------------------------------------------------------------ merge
-// The merge kernel variant for k and the candidates per query (lists x list length; params.cuh: 0, 1 thread lists
-// of 16, 32 entries; 2, 3 shared lists with 8, 4 warps), its threads per block, shared memory for k and template
-// instance.
+// The merge kernel variant for k, the candidates per query (lists x list length) and whether every list is sorted
+// best first (params.cuh: 0, 1 thread lists of 16, 32 entries; 2, 3 shared lists with 8, 4 warps; 4 sorted lists,
+// one warp per query), its threads per block, shared memory for k and template instance.
 int merge_kind(long long k, long long candidates, bool sorted_lists);
 int merge_threads(int kind);
 long long merge_smem_bytes(int kind, int k);

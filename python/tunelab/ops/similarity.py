@@ -481,7 +481,8 @@ class CompiledSearch:
         """(grid, block, smem, ArgPack, kind) of the merge kernel. ``dense`` = (list_len, list_stride,
         query_stride): the lists are rows of a dense score matrix with implicit indices (``cand_idx`` None)
         instead of the search's candidate lists. ``kind`` forces a merge variant (:data:`MERGE_KINDS`; ConfigError
-        when its thread lists are shorter than k); default :func:`_S.merge_kind` of k and the candidates per query."""
+        when it takes no list of k, or for :data:`MERGE_SORTED` with ``dense``, whose rows are not sorted); default
+        :func:`_S.merge_kind` of k, the candidates per query and whether the lists are the search's (sorted)."""
         nq, d = queries.shape
         candidates = int(num_lists) * (dense[0] if dense else int(k))
         kind = int(_S.merge_kind(int(k), candidates, dense is None)) if kind is None else int(kind)
