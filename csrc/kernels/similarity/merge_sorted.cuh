@@ -60,6 +60,15 @@ __device__ __forceinline__ void warp_merge_sorted_pairs(float& rk, int& ri, floa
   for (int stride = 16; stride > 0; stride >>= 1) warp_cas_pair(rk, ri, stride, (lane & stride) == 0);
 }
 
+// The head (best entry) of list l of query q, or NaN where there is no list l (l >= L) or its head is missing:
+// NaN is never hot and fmaxf passes it by.
+__device__ __forceinline__ float list_head(const MergeParams& p, int q, int l, int L) {
+  float key = f32_nan();
+  int ix;
+  if (l < L) load_candidate(p, q, l, 0, key, ix);  // (NaN, -1) for a missing entry
+  return key;
+}
+
 // Lists whose heads a lane keeps in registers from the bound to the hot-list pass (lists up to 32 x this: one
 // batch; more lists are walked in batches of as many, their heads read again).
 constexpr int kSortedMergeRounds = kSortedMergeHotIds / 32;
@@ -70,9 +79,10 @@ template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_constant__ MergeParams p) {
   constexpr int R = kSortedMergeRounds, U = kSortedMergeLoads;
   extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
-  float* bkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [64] kept entries not yet merged
-  int* bidx = reinterpret_cast<int*>(bkey + 64);                     // [64]
-  int* hot = bidx + 64;                                              // [32 R] hot lists of one batch
+  constexpr int KEPT = kSortedMergeKept;
+  float* bkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [KEPT] kept entries not yet merged
+  int* bidx = reinterpret_cast<int*>(bkey + KEPT);                   // [KEPT]
+  int* hot = bidx + KEPT;                                            // [32 R] hot lists of one batch
   float* qnorm = reinterpret_cast<float*>(hot + 32 * R);
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int q = static_cast<int>(blockIdx.x);
@@ -85,20 +95,10 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
   float head[R];
   float head_max = -f32_inf();
 #pragma unroll
-  for (int j = 0; j < R; ++j) {
-    int ix = -1;
-    head[j] = f32_nan();  // no list, or a missing head: never hot
-    if (lane + 32 * j < L) load_candidate(p, q, lane + 32 * j, 0, head[j], ix);
-    if (ix < 0) head[j] = f32_nan();
-  }
-  for (int l = lane + 32 * R; l < L; l += 32) {
-    float key;
-    int ix;
-    load_candidate(p, q, l, 0, key, ix);
-    if (ix >= 0) head_max = fmaxf(head_max, key);
-  }
+  for (int j = 0; j < R; ++j) head[j] = list_head(p, q, lane + 32 * j, L);
+  for (int l = lane + 32 * R; l < L; l += 32) head_max = fmaxf(head_max, list_head(p, q, l, L));
 #pragma unroll
-  for (int j = 0; j < R; ++j) head_max = fmaxf(head_max, head[j]);  // fmaxf passes NaN by
+  for (int j = 0; j < R; ++j) head_max = fmaxf(head_max, head[j]);
   float bound = warp_kth_largest(head_max, k, lane);
 
   // 2 + 3. per batch of 32 R lists: the hot ones' ids to hot[], then their entries, U loads per lane at a time
@@ -120,13 +120,7 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int l = batch + 32 * j + lane;
-      float key = head[j];
-      if (batch > 0) {  // heads beyond the first batch are read again
-        int ix = -1;
-        key = f32_nan();
-        if (l < L) load_candidate(p, q, l, 0, key, ix);
-        if (ix < 0) key = f32_nan();
-      }
+      const float key = batch == 0 ? head[j] : list_head(p, q, l, L);  // later batches read their heads again
       const bool is_hot = key >= bound;  // false for NaN
       const unsigned mask = ballot(is_hot);
       if (is_hot) sts(hot + hot_count + popc(mask & lanemask_lt(lane)), l);
@@ -149,7 +143,7 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const bool keep = ix[u] >= 0 && key[u] >= bound;  // false for NaN
+        const bool keep = key[u] >= bound;  // false for NaN: no entry, or a missing one
         const unsigned keep_mask = ballot(keep);
         if (keep) {
           const int at = kept + popc(keep_mask & lanemask_lt(lane));

@@ -177,13 +177,15 @@ TUNELAB_SIM_HD constexpr int merge_kind_max_k(int kind) {
 }
 // Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
 constexpr int kMergeR = 4;
-// Hot-list ids the sorted merge collects per batch (32 x kSortedMergeRounds in merge_sorted.cuh).
+// Hot-list ids the sorted merge collects per batch (32 x kSortedMergeRounds in merge_sorted.cuh), and the kept
+// entries it buffers (fewer than 32 waiting for a merge, plus one load's 32).
 constexpr int kSortedMergeHotIds = 32 * 8;
+constexpr int kSortedMergeKept = 64;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
 // (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; all: 16 bytes for |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
-  return kind == kMergeSorted ? 64 * 8LL + kSortedMergeHotIds * 4LL + 16
+  return kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;

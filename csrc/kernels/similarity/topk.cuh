@@ -45,9 +45,10 @@
 // N = 10M, nq = 100 and 16 of the 46 ms at nq = 1024, more than ping-pong hides. So the pre-check itself hands
 // over the keys that pass: each thread compares its accumulators with their column's bar and appends a passing
 // (key, index) to the column's queue in the score tile (an atomic slot count; kQueueCap entries), and after one
-// barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (all-tie input, more
-// than kQueueCap passing keys) does the tile take the store-and-scan path, over every column. Either way the same keys reach
-// the lists and the exact rule decides, so the result does not depend on the path.
+// barrier part 0 of the column inserts its queue into its list. Only when a queue overflows (more than kQueueCap
+// passing keys: all-tie input, or rarely a loose bar, see kQueueCap) does the tile take the store-and-scan path,
+// over every column. Either way the same keys reach the lists and the exact rule decides, so the result does not
+// depend on the path.
 //
 // Bound pass (thread lists): on a split's first tile no list is full, so every key would pass a bar of -inf and
 // the store-and-scan path would insert most rows one by one (on the H200 at N = 50K, nq = 100, where a split has
@@ -594,10 +595,14 @@ struct TopkBlock {
                        kTraceMmaStart = 3, kTraceSmid = 4, kTraceTurn0 = 8, kTraceTurns = 6, kTraceEndBarrier = 56,
                        kTraceDone = 57, kTraceScan = 58, kTraceWhy = 60;
   int trace_turn = 0;  // this tile group's turn (the epilogue's events)
+  // This block's timeline in the candidate-key buffer: kTraceSlots u64 stamps, then as many clock64 values.
+  __device__ __forceinline__ unsigned long long* trace_slots() const {
+    return reinterpret_cast<unsigned long long*>(p.cand_key) +
+           (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTraceSlots;
+  }
   __device__ __forceinline__ void trace(int slot) const {
 #ifdef TUNELAB_SIM_TRACE
-    unsigned long long* t = reinterpret_cast<unsigned long long*>(p.cand_key) +
-                            (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTraceSlots;
+    unsigned long long* t = trace_slots();
     unsigned long long ns;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
     t[slot] = ns;
@@ -616,10 +621,8 @@ struct TopkBlock {
   // the keys that passed (2: the queue's count with them). Any one thread's report; the last tile's wins.
   __device__ __forceinline__ void trace_why(unsigned long long reason, int col, int tile, int count) const {
 #ifdef TUNELAB_SIM_TRACE
-    unsigned long long* t = reinterpret_cast<unsigned long long*>(p.cand_key) +
-                            (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * 2 * kTraceSlots;
-    t[kTraceWhy + grp] = reason << 62 | static_cast<unsigned long long>(count & 0xffff) << 32 |
-                         static_cast<unsigned long long>(tile & 0xffff) << 16 | (col & 0xffff);
+    trace_slots()[kTraceWhy + grp] = reason << 62 | static_cast<unsigned long long>(count & 0xffff) << 32 |
+                                     static_cast<unsigned long long>(tile & 0xffff) << 16 | (col & 0xffff);
 #else
     (void)reason, (void)col, (void)tile, (void)count;
 #endif
