@@ -22,6 +22,29 @@ def summarize(samples_us) -> dict[str, float]:
     return out
 
 
+#: how draw_search_inputs() draws the random inputs from one generator
+DRAW_ORDERS = ("corpus-first", "queries-first")
+
+
+def draw_search_inputs(nq: int, n: int, d: int, dtype, order: str = "corpus-first", seed: int = 0):
+    """(queries, corpus) on the GPU from one CUDA generator seeded with ``seed``. ``order``: "corpus-first" draws
+    the corpus, then the queries, directly in ``dtype`` (as similarity_probe.py has always made them);
+    "queries-first" draws the queries, then the corpus, in float32 and casts them. Statistically the same data;
+    a different draw (benchmarks/similarity_gap.py and similarity_probe.py compare them)."""
+    import torch
+
+    if order not in DRAW_ORDERS:
+        raise ValueError(f"order={order!r} is not one of {DRAW_ORDERS}")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if order == "corpus-first":
+        corpus = torch.randn((n, d), generator=g, device="cuda", dtype=dtype)
+        queries = torch.randn((nq, d), generator=g, device="cuda", dtype=dtype)
+    else:
+        queries = torch.randn((nq, d), generator=g, device="cuda").to(dtype)
+        corpus = torch.randn((n, d), generator=g, device="cuda").to(dtype)
+    return queries, corpus
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     """Write ``payload`` plus the environment fingerprint to ``benchmarks/results/<name>.json`` (or $OUT too)."""
     from tunelab.env import fingerprint

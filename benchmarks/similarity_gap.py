@@ -12,7 +12,7 @@ prepared launches, with the core's protocol (L2 flush, CUDA events, median of ``
   merge+merge              the same for the merge
   merge no flush           the merge with its lists still in L2
   merge on NaN lists       the merge on the lists an all-NaN query search leaves (the probe's old mistake)
-  search again            the search once more (drift over the run)
+  search again             the search once more (drift over the run)
   carve=100 search+merge   both kernels told to prefer the largest shared-memory carveout (the SM then need not
                            re-partition L1/shared between them): measured no different
   graph search+merge       ten search+merge pairs replayed from a CUDA graph, per pair (launch latency hidden;
@@ -24,7 +24,7 @@ data): the same corpus copied into a larger buffer at row offsets ``--offsets``,
 matmul + topk timed at each, with the corpus and query addresses modulo 2 MiB.
 
 Usage: python3 benchmarks/similarity_gap.py [--shapes 100x50000,100x1000000,1x10000000] [--samples 200]
-       python3 benchmarks/similarity_gap.py --placement [--offsets 0,1,8,64,683,1365] [--shapes 100x50000]
+       python3 benchmarks/similarity_gap.py --placement [--offsets 0,1,8,64,683,1365,2731] [--shapes 100x50000]
 Writes benchmarks/results/similarity_gap.json (and $OUT/ when set), prints a table last.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summarize, write_result  # noqa: E402
+from _common import DRAW_ORDERS, draw_search_inputs, summarize, write_result  # noqa: E402
 
 K = 10
 D = 768
@@ -44,14 +44,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x1000000,1x10000000", help="NQxN,... (d = 768, k = 10, fp16)")
     ap.add_argument("--samples", type=int, default=200)
-    ap.add_argument("--data", default="corpus-first,queries-first",
-                    help="how the random inputs are drawn from one seed: corpus-first (as the probe), queries-first")
+    ap.add_argument("--data", default=",".join(DRAW_ORDERS),
+                    help=f"how the random inputs are drawn from one seed (_common.draw_search_inputs): one or more "
+                         f"of {', '.join(DRAW_ORDERS)}, comma-separated")
     ap.add_argument("--placement", action="store_true", help="time the search with the corpus at --offsets")
     ap.add_argument("--offsets", default="0,1,8,64,683,1365,2731",
                     help="corpus row offsets in its buffer (1536-byte rows at d = 768: 683 ~ 1 MiB, 1365 ~ 2 MiB)")
     args = ap.parse_args()
+    draws = args.data.split(",")
+    if bad := [x for x in draws if x not in DRAW_ORDERS]:
+        ap.error(f"--data {','.join(bad)}: not a draw order; use one or more of {', '.join(DRAW_ORDERS)}")
 
-    import numpy as np
     import torch
 
     from tunelab.ops import similarity as sim
@@ -62,6 +65,11 @@ def main() -> int:
 
     def cur():  # the stream a graph capture runs on
         return int(torch.cuda.current_stream().cuda_stream)
+
+    def t(fn, **kw):
+        """The core's timing protocol on ``fn``, summarized."""
+        return summarize(time_callable(fn, warmup=10, samples=args.samples, stream=stream, **kw))
+
     def compiled(nq, n):
         """The op's config for the shape, compiled; its launch plan; the candidate and output buffers."""
         cfg, _ = sim.resolve_config(dev, nq=nq, n=n, d=D, k=K, dtype="float16", metric="ip")
@@ -74,24 +82,13 @@ def main() -> int:
         return cfg, cs, plan, bufs
 
     def measure(nq, n, data):
-        g = torch.Generator(device="cuda").manual_seed(0)
-        if data == "corpus-first":  # as similarity_probe.py and similarity.py make them
-            c = torch.randn((n, D), generator=g, device="cuda", dtype=torch.float16)
-            q = torch.randn((nq, D), generator=g, device="cuda", dtype=torch.float16)
-        elif data == "queries-first":
-            q = torch.randn((nq, D), generator=g, device="cuda").half()
-            c = torch.randn((n, D), generator=g, device="cuda").half()
-        else:
-            raise SystemExit(f"--data {data!r}: use corpus-first and/or queries-first")
+        q, c = draw_search_inputs(nq, n, D, torch.float16, data)
         cfg, cs, plan, (ck, ci, sc, ix) = compiled(nq, n)
         p_s, p_m = cs.prepare(dev, q, c, K, ck, ci, sc, ix, plan)
         nans = torch.full_like(q, float("nan"))
         p_nan, _ = cs.prepare(dev, nans, c, K, ck, ci, sc, ix, plan)
         kind = cs.merge_args(ck, ci, q, K, plan["splits"], out_score=sc, out_index=ix)[4]
         f_s, f_m = cs.functions(dev)[0], cs.merge_function(dev, kind)
-
-        def t(fn, **kw):
-            return summarize(time_callable(fn, warmup=10, samples=args.samples, stream=stream, **kw))
 
         res = {"nq": nq, "n": n, "data": data, "config": cfg, "splits": plan["splits"], "merge_kind": kind,
                "corpus_addr_mod_2MiB": c.data_ptr() % (2 << 20), "query_addr_mod_2MiB": q.data_ptr() % (2 << 20)}
@@ -117,9 +114,7 @@ def main() -> int:
         return res
 
     def placement(nq, n):
-        g = torch.Generator(device="cuda").manual_seed(0)
-        base = torch.randn((n, D), generator=g, device="cuda", dtype=torch.float16)
-        q0 = torch.randn((nq, D), generator=g, device="cuda", dtype=torch.float16)
+        q0, base = draw_search_inputs(nq, n, D, torch.float16)
         offsets = [int(x) for x in args.offsets.split(",")]
         buf = torch.empty((n + max(offsets), D), device="cuda", dtype=torch.float16)
         qbuf = torch.empty((nq + 64, D), device="cuda", dtype=torch.float16)
@@ -135,11 +130,9 @@ def main() -> int:
                 p_s, p_m = cs.prepare(dev, q, c, K, ck, ci, sc, ix, plan)
                 r = {"nq": nq, "n": n, "corpus_row_offset": off, "query_row_offset": qoff,
                      "corpus_addr_mod_2MiB": c.data_ptr() % (2 << 20), "query_addr_mod_2MiB": q.data_ptr() % (2 << 20)}
-                r["search"] = summarize(time_callable(p_s, warmup=10, samples=args.samples, stream=stream))
-                r["search+merge"] = summarize(time_callable(lambda: (p_s(stream), p_m(stream)), warmup=10,
-                                                            samples=args.samples, stream=stream))
-                r["torch"] = summarize(time_callable(lambda: torch.topk(q @ c.T, K, dim=1), warmup=10,
-                                                     samples=args.samples, stream=stream))
+                r["search"] = t(p_s)
+                r["search+merge"] = t(lambda: (p_s(stream), p_m(stream)))
+                r["torch"] = t(lambda: torch.topk(q @ c.T, K, dim=1))
                 p_s(stream), p_m(stream)
                 torch.cuda.synchronize()
                 r["index_agreement_with_fp32_topk"] = float((ix == ref).float().mean())
@@ -165,7 +158,7 @@ def main() -> int:
     rows = []
     for shape in args.shapes.split(","):
         nq, n = (int(x) for x in shape.lower().split("x"))
-        for data in args.data.split(","):
+        for data in draws:
             rows.append(measure(nq, n, data))
             torch.cuda.empty_cache()
 

@@ -64,7 +64,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summarize, write_result  # noqa: E402
+from _common import DRAW_ORDERS, draw_search_inputs, summarize, write_result  # noqa: E402
 
 D, K = 768, 10
 
@@ -303,8 +303,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
     ap.add_argument("--trace", default=None, help="one NQxN shape: each variant's block timeline (diagnosis build)")
-    ap.add_argument("--data", choices=("corpus-first", "queries-first"), default="corpus-first",
-                    help="how the random inputs are drawn (benchmarks/similarity_gap.py --data)")
+    ap.add_argument("--data", choices=DRAW_ORDERS, default="corpus-first",
+                    help="how the random inputs are drawn (_common.draw_search_inputs)")
     ap.add_argument("--seed", type=int, default=0, help="the inputs' generator seed")
     ap.add_argument("--variants", choices=(*VARIANT_SETS, "all"), default="sync",
                     help="sync: the mma.sync tiling variants (default); wgmma: MMA=1 variants; tma: MMA=2 variants; "
@@ -372,13 +372,7 @@ def main() -> int:
         list(pool.map(lambda a: warm(*a), [(nq, over) for nq, _ in shapes for _, over, _ in variant_list(nq)]))
     rows = []
     for nq, n in shapes:
-        g = torch.Generator(device="cuda").manual_seed(args.seed)
-        if args.data == "corpus-first":
-            corpus = torch.randn(n, D, device="cuda", dtype=tdtype, generator=g)
-            queries = torch.randn(nq, D, device="cuda", dtype=tdtype, generator=g)
-        else:  # as benchmarks/similarity_gap.py --data queries-first
-            queries = torch.randn(nq, D, device="cuda", generator=g).to(tdtype)
-            corpus = torch.randn(n, D, device="cuda", generator=g).to(tdtype)
+        queries, corpus = draw_search_inputs(nq, n, D, tdtype, args.data, args.seed)
         zeros = torch.zeros_like(queries)
         nans = torch.full_like(queries, float("nan"))
         torch_us = None
