@@ -567,11 +567,22 @@ struct TopkBlock {
   // in part 0's bar instead, one load less per column, measured 64 against 54 us at 50K / 100 at ce65595,
   // results/similarity_probe_stream_mends*.json; probably because the other tile group then takes it as its bar
   // and skips its own bound pass.)
-  __device__ __forceinline__ float list_bar(int col) const {
+  // With ping-pong, `cross` adds the other tile group's bound: its k keys at least as large reach that group's
+  // lists, which the split's list merges, so it is as valid a bar here. It lifts a group's second tile, whose own
+  // terms may still be its first tile's bound, when that alone would let more keys through than a queue holds
+  // (at 50K / 100, one random draw of twelve did: 33 keys, and that block's store-and-scan took the search from
+  // 43 to 58 us). The bound pass asks without it (`need`), so that each group still bounds its own first tile.
+  // The other group writes its bound once per split while this one may read it: either value is a valid bar.
+  __device__ __forceinline__ float list_bar(int col, bool cross = true) const {
     float tk = lds(part_bar + col);
 #pragma unroll
     for (int q = 1; q < LIST_PARTS; ++q) tk = fmaxf(tk, lds(part_bar + q * BQ + col));
-    if constexpr (kBounds) tk = fmaxf(tk, lds(column_bound(col)));
+    if constexpr (kBounds) {
+      tk = fmaxf(tk, lds(column_bound(col)));
+      if constexpr (Tr::kGroups == 2) {
+        if (cross) tk = fmaxf(tk, lds(other_column_bound(col)));
+      }
+    }
     return tk;
   }
   // This thread's part publishes its list's k-th key as its bar.
@@ -730,6 +741,10 @@ struct TopkBlock {
   __device__ __forceinline__ int* queue_count(int c) const { return reinterpret_cast<int*>(scores + c * SP + EPI); }
   // Column c's bound from a bound pass of this tile group (-inf until one sets it), next to the queue count.
   __device__ __forceinline__ float* column_bound(int c) const { return scores + c * SP + EPI + 1; }
+  // Ping-pong: the other tile group's bound for column c (its score tile is the neighbouring one).
+  __device__ __forceinline__ float* other_column_bound(int c) const {
+    return column_bound(c) + (grp == 0 ? 1 : -1) * (Tr::kScoreBytes / 4);
+  }
 
   // The metric as the thread-list paths and the shared lists' pre-check apply it, in one place so that every path
   // computes the same bits: the term of tile row `row` (cosine: 1 / max(|c|, 1e-12); l2: -|c|^2; ip: none) and
@@ -820,7 +835,7 @@ struct TopkBlock {
   __device__ __forceinline__ void bound_pass_lanes() {
     // warp w of the group selects columns 32 w .. 32 w + 31, one per lane
     const int c = (gtid >> 5) * 32 + lane;
-    const bool need = c < BQ && q0 + c < p.nq && list_bar(c) == -f32_inf();
+    const bool need = c < BQ && q0 + c < p.nq && list_bar(c, false) == -f32_inf();
     if (ballot(need) != 0) {
       const float* m = scores + (c < BQ ? c : BQ - 1) * SP;
       float v[16];
@@ -835,9 +850,11 @@ struct TopkBlock {
       lane_sort_desc<16>(v);
 #pragma unroll 1
       for (int j = 16; j < 32; ++j) lane_offer_desc<16>(v, lds(m + j));
-      float b = v[0];  // the k-th largest (k <= 16)
+      // the k-th largest (k <= 16), as the smallest of the first k: selecting v[k - 1] by index made ptxas put v
+      // in local memory (16 LDL per thread)
+      float b = v[0];
 #pragma unroll
-      for (int i = 1; i < 16; ++i) b = i == p.k - 1 ? v[i] : b;
+      for (int i = 1; i < 16; ++i) b = i < p.k ? fminf(b, v[i]) : b;
       if (need) sts(column_bound(c), b);
     }
   }
@@ -856,7 +873,7 @@ struct TopkBlock {
       for (int b = 0; b < B; ++b) {
         const int c = c0 + b * Tr::kGroupWarps;
         float bar = 0.f;  // padding and past-the-tile columns: no bound
-        if (lane == 0 && c < BQ && q0 + c < p.nq) bar = list_bar(c);
+        if (lane == 0 && c < BQ && q0 + c < p.nq) bar = list_bar(c, false);
         need[b] = shfl_f(bar, 0) == -f32_inf();
         x[b] = -f32_inf();
         if (need[b]) {
@@ -948,6 +965,11 @@ struct TopkBlock {
     // instructions per warp and tile (ncu at 50K / 100) and 8-9 us of a tile turn at 1M / 100, 6.7 with
     // this (similarity_probe.py --trace).
     constexpr int CN = NT > 13 || MT > 2 ? 1 : 3;  // more live values spill next to 112+ accumulators
+    // A chunk's pass flags, one bit per accumulator: bit (2 j + e) * 2 MT + 2 mt + h, so each column's are a
+    // contiguous group of 2 MT bits.
+    constexpr int CB = 2 * MT;
+    static_assert(2 * CN * CB <= 32, "a chunk's pass flags fit one 32-bit word");
+    constexpr unsigned kColBits = (1u << CB) - 1u;
     int rid[MT][2];  // corpus index of each accumulator row
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -966,18 +988,26 @@ struct TopkBlock {
           bar[j][e] = nt0 + j < NT && q0 + col < p.nq ? list_bar(col) : f32_nan();  // padding: nothing passes
         }
       }
-      bool some = false;
+      unsigned bits = 0;
 #pragma unroll
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          cnt[j][e] = 0;
           if (nt0 + j >= NT) continue;
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              cnt[j][e] += rt.valid[mt][h] && key_raw(mma, rt, mt, nt0 + j, h, e) >= bar[j][e] ? 1 : 0;
+              if (rt.valid[mt][h] && key_raw(mma, rt, mt, nt0 + j, h, e) >= bar[j][e])
+                bits |= 1u << ((2 * j + e) * CB + 2 * mt + h);
+        }
+      }
+      bool some = false;
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          cnt[j][e] = popc((bits >> ((2 * j + e) * CB)) & kColBits);
           // no list of the column is full and no bound: every key passes, the queue would overflow
           if (cnt[j][e] > 0 && bar[j][e] == -f32_inf()) {
             overflow = true;
@@ -994,33 +1024,40 @@ struct TopkBlock {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = query_col(nt0 + j, e, t);
-          base[j][e] = open && cnt[j][e] > 0 ? atomic_add_shared(queue_count(col), cnt[j][e]) : QCAP;
+          base[j][e] = open && cnt[j][e] > 0 ? atomic_add_shared(queue_count(col), cnt[j][e]) : 0;
         }
       }
+      // A column whose slots run past the queue stores nothing (the tile then takes the store-and-scan path): its
+      // flags are cleared, so that each store below needs only its flag, and a column's keys go to consecutive
+      // slots from one running address (key at a, index at a + QCAP).
 #pragma unroll
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           if (nt0 + j >= NT) continue;
-          const int col = query_col(nt0 + j, e, t);
           if (open && cnt[j][e] > 0 && base[j][e] + cnt[j][e] > QCAP) {
             overflow = true;
-            if constexpr (kTrace) trace_why(2, col, tile, base[j][e] + cnt[j][e]);
+            bits &= ~(kColBits << ((2 * j + e) * CB));
+            if constexpr (kTrace) trace_why(2, query_col(nt0 + j, e, t), tile, base[j][e] + cnt[j][e]);
           }
-          float* qk = queue_keys(col);
-          int* qi = queue_idx(col);
-          int slot = base[j][e];  // QCAP when this thread appends nothing to the column
+        }
+      }
+      if (!open) bits = 0;
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (nt0 + j >= NT) continue;
+          float* qk = queue_keys(query_col(nt0 + j, e, t)) + base[j][e];
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float key = key_raw(mma, rt, mt, nt0 + j, h, e);
-              const bool pass = rt.valid[mt][h] && key >= bar[j][e];
-              if (pass && slot < QCAP) {
-                sts(qk + slot, key);
-                sts(qi + slot, rid[mt][h]);
+              if ((bits >> ((2 * j + e) * CB + 2 * mt + h)) & 1u) {
+                sts(qk, key_raw(mma, rt, mt, nt0 + j, h, e));
+                sts(reinterpret_cast<int*>(qk + QCAP), rid[mt][h]);
+                ++qk;
               }
-              slot += pass ? 1 : 0;
             }
           }
         }
