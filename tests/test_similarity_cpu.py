@@ -549,6 +549,17 @@ def test_random_space_sample_compiles_for_both_archs():
                 assert cand.resources.registers > 0 and cand.smem_bytes > 0
 
 
+def test_widest_thread_list_warp_compiles():
+    """Thread lists with one mma.sync warp along 256 corpus rows (MT = 16 accumulator row blocks): the pre-check's
+    chunk then has 64 pass flags, more than a 32-bit word, and must still compile (sm_80 and sm_90, each metric)."""
+    sim = _sim()
+    cfg = _cfg(BLOCK_N=256, BLOCK_Q=32, BLOCK_K=32, WARPS_N=1, WARPS_Q=4, STAGES=2, MERGE=3)
+    for arch in ("sm_90", "sm_80"):
+        for metric in ("ip", "cosine", "l2"):
+            cs = sim.compile_search(cfg, dtype="float16", metric=metric, arch=arch)
+            assert cs.resources.registers > 0 and cs.resources.spill_store_bytes == 0
+
+
 # ------------------------------------------------------------------------------------------------ chunk planning
 def test_chunk_plan_under_forced_budget():
     from tunelab.ops.streaming import SLACK_BYTES, plan_chunks

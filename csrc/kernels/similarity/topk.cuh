@@ -110,6 +110,15 @@ __device__ __forceinline__ void lane_sort_desc(float (&v)[N]) {
     }
   }
 }
+// The pre-check's word of pass flags: 32 bits, or 64 where a chunk has more accumulators (FlagWord<true>).
+template <bool Wide>
+struct FlagWord {
+  using type = unsigned;
+};
+template <>
+struct FlagWord<true> {
+  using type = unsigned long long;
+};
 // Sorts a bitonic sequence of N (a power of two) values held by one thread, descending. Values must not be NaN.
 template <int N>
 __device__ __forceinline__ void lane_bitonic_clean_desc(float (&v)[N]) {
@@ -438,11 +447,11 @@ struct TopkTraits {
   // SP floats: keys at [0, kQueueCap), indices at [kQueueCap, 2 kQueueCap), the slot count at EPI (the pitch's
   // padding, which the store-and-scan path neither writes nor reads, so the count survives it). The queue takes
   // the whole stretch (32 entries with 64-row epilogues, 64 with 128). An overflow is rare but not free: at N = 50K,
-  // nq = 100 (default EPI_ROWS 64) one random draw of twelve (similarity_gap.py --data queries-first, seed 0) sends
-  // 33 keys of one column into a tile group's second tile, whose bar is still the first tile's bound (no part's
-  // list is full yet), and that block's store-and-scan takes the search from 43 to 58 us: a split has 3 tiles, so
-  // its block's end is the kernel's (similarity_probe.py --trace --data queries-first names the block, tile,
-  // column and reason).
+  // nq = 100 (default EPI_ROWS 64) one random draw of twelve (similarity_gap.py --data queries-first, seed 0) sent
+  // 33 keys of one column into a tile group's second tile, whose bar was still the first tile's bound (no part's
+  // list full yet), and that block's store-and-scan took the search from 43 to 58 us: a split has 3 tiles, so its
+  // block's end is the kernel's (similarity_probe.py --trace --data queries-first names the block, tile, column and
+  // reason). The bar now also takes the other tile group's bound (list_bar()), and that draw runs as the others.
   static constexpr int kQueueCap = kEpiRows / 2;
   // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring; MMA=3: then order[2], which hands the
   // tensor cores from one warpgroup's main loop to the other's (see run())
@@ -977,13 +986,17 @@ struct TopkBlock {
     // instruction of a warp counts (a chunk no lane of the warp has a key for is skipped whole). With one atomic
     // per passing key, each waited on before the next, and branches around each store, the pre-check was ~2,600
     // instructions per warp and tile (ncu at 50K / 100) and 8-9 us of a tile turn at 1M / 100, 6.7 with
-    // this (similarity_probe.py --trace).
+    // this (similarity_probe.py --trace). The stores then took their slot check and address per accumulator: with
+    // a word of pass flags and a running address per column (below) the pre-check's SASS went from 2,152 to 1,587
+    // instructions (nq = 100 default) and on the H200 the 50K / 100 search from 43.3 to 40.9 us
+    // (results/similarity_probe_stream_precheck*.json).
     constexpr int CN = NT > 13 || MT > 2 ? 1 : 3;  // more live values spill next to 112+ accumulators
     // A chunk's pass flags, one bit per accumulator: bit (2 j + e) * 2 MT + 2 mt + h, so each column's are a
-    // contiguous group of 2 MT bits.
+    // contiguous group of 2 MT bits (a 64-bit word for mma.sync warps of more than 128 rows: MT = 16).
     constexpr int CB = 2 * MT;
-    static_assert(2 * CN * CB <= 32, "a chunk's pass flags fit one 32-bit word");
-    constexpr unsigned kColBits = (1u << CB) - 1u;
+    using Bits = typename FlagWord<(2 * CN * CB > 32)>::type;
+    static_assert(2 * CN * CB <= 64, "a chunk's pass flags fit one 64-bit word");
+    constexpr Bits kColBits = (Bits(1) << CB) - 1u;
     int rid[MT][2];  // corpus index of each accumulator row
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -1002,7 +1015,7 @@ struct TopkBlock {
           bar[j][e] = nt0 + j < NT && q0 + col < p.nq ? list_bar(col) : f32_nan();  // padding: nothing passes
         }
       }
-      unsigned bits = 0;
+      Bits bits = 0;
 #pragma unroll
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
@@ -1013,7 +1026,7 @@ struct TopkBlock {
 #pragma unroll
             for (int h = 0; h < 2; ++h)
               if (rt.valid[mt][h] && key_raw(mma, rt, mt, nt0 + j, h, e) >= bar[j][e])
-                bits |= 1u << ((2 * j + e) * CB + 2 * mt + h);
+                bits |= Bits(1) << ((2 * j + e) * CB + 2 * mt + h);
         }
       }
       bool some = false;
@@ -1021,7 +1034,7 @@ struct TopkBlock {
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          cnt[j][e] = popc((bits >> ((2 * j + e) * CB)) & kColBits);
+          cnt[j][e] = popc(static_cast<unsigned>((bits >> ((2 * j + e) * CB)) & kColBits));
           // no list of the column is full and no bound: every key passes, the queue would overflow
           if (cnt[j][e] > 0 && bar[j][e] == -f32_inf()) {
             overflow = true;
