@@ -65,6 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DRAW_ORDERS, draw_search_inputs, summarize, write_result  # noqa: E402
+from tunelab import _core  # noqa: E402
 
 D, K = 768, 10
 
@@ -200,10 +201,14 @@ def stream_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     return v
 
 
-# TopkBlock's trace slots (csrc/kernels/similarity/topk.cuh): per block 64 %globaltimer stamps, then 64 clock64
-TRACE_SLOTS, TRACE_TURN0, TRACE_TURNS, TRACE_WHY = 64, 8, 6, 60
-TRACE_EVENTS = {"entry": 0, "producer_start": 1, "producer_done": 2, "mma_start": 3, "end_barrier": 56, "done": 57,
-                "scan_group0": 58, "scan_group1": 59}  # scan: the group's last store-and-scan (a queue overflowed)
+# The trace build's slots (csrc/kernels/similarity/params.cuh, through the binding): per block TRACE_SLOTS
+# %globaltimer stamps, then as many clock64 values
+_SLOT = _core.similarity.TRACE_SLOTS
+TRACE_SLOTS, TRACE_TURN0, TRACE_TURNS, TRACE_WHY = _SLOT["slots"], _SLOT["turn0"], _SLOT["turns"], _SLOT["why"]
+TRACE_EVENTS = {name: _SLOT[name] for name in ("entry", "producer_start", "producer_done", "mma_start", "end_barrier",
+                                               "done")}
+# scan: the group's last store-and-scan (a queue overflowed)
+TRACE_EVENTS.update({"scan_group0": _SLOT["scan"], "scan_group1": _SLOT["scan"] + 1})
 TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
 
 
@@ -265,7 +270,7 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
     ok = (span_ns > 0) & (span_cyc > 0)
     return {"events": events, "turns": turns, "scans": why, "span_us": float((done.max() - t0) / 1e3),
             "sm_clock_ghz": float(np.median(span_cyc[ok] / span_ns[ok])) if ok.any() else None,
-            "smids": sorted({int(x) for x in t[:, 0, 4]})[:8]}
+            "smids": sorted({int(x) for x in t[:, 0, _SLOT["smid"]]})[:8]}
 
 
 def print_timeline(row: dict) -> None:

@@ -399,6 +399,7 @@ def test_merge_kind_rule():
     assert S.merge_kind(10, 50_000, False) == 0 and S.merge_kind(20, 50_000, False) == 1
     assert S.merge_kind(10, 1310, False) == 2 and S.merge_kind(300, 1310, False) == 3
     assert S.merge_threads(4) == 32
+    assert _sim().MERGE_KINDS == (0, 1, 2, 3, 4) and _sim().MERGE_SORTED == 4  # from params.cuh, through the binding
     assert S.merge_smem_bytes(4, 10) == S.merge_smem_bytes(4, 32) == 64 * 8 + 256 * 4 + 16
     assert S.merge_name_expression(0, 2, 4) == "tunelab::sim::similarity_merge_sorted<0, 2>"
     with pytest.raises(ConfigError, match="takes k <= 32; k=33"):
@@ -423,6 +424,17 @@ def test_merge_kind_rule():
     assert cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000))[4] == 2
     with pytest.raises(ConfigError, match="needs sorted lists"):
         cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=4)
+
+
+def test_trace_slots_do_not_overlap():
+    """The diagnosis build's timeline slots (params.cuh, read by similarity_probe.py through the binding): the turn
+    slots of both tile groups, the events, the scan and why slots of both groups each get their own u64."""
+    t = S.TRACE_SLOTS
+    turns = range(t["turn0"], t["turn0"] + 2 * t["turns"] * 4)
+    single = [t[n] for n in ("entry", "producer_start", "producer_done", "mma_start", "smid", "end_barrier", "done")]
+    per_group = [t["scan"], t["scan"] + 1, t["why"], t["why"] + 1]
+    used = [*turns, *single, *per_group]
+    assert len(set(used)) == len(used) and max(used) < t["slots"]
 
 
 def test_pack_layout_roundtrip():

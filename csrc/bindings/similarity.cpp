@@ -79,6 +79,22 @@ void bind_similarity(py::module_& m) {
         py::arg("list_offset"), "SearchParams bytes (pass to ArgPack.raw(bytes, 8)).");
 
     // merge
+    {
+        namespace ts = tunelab::sim;
+        py::tuple kinds(ts::kMergeKinds);
+        for (int i = 0; i < ts::kMergeKinds; ++i) kinds[i] = i;
+        s.attr("MERGE_KINDS") = kinds;
+        s.attr("MERGE_SORTED") = static_cast<int>(ts::kMergeSorted);
+        // the diagnosis build's timeline slots (params.cuh), for benchmarks/similarity_probe.py --trace
+        py::dict slots;
+        for (auto [name, v] : {std::pair{"slots", ts::kTraceSlots}, {"entry", ts::kTraceEntry},
+                               {"producer_start", ts::kTraceProducerStart}, {"producer_done", ts::kTraceProducerDone},
+                               {"mma_start", ts::kTraceMmaStart}, {"smid", ts::kTraceSmid}, {"turn0", ts::kTraceTurn0},
+                               {"turns", ts::kTraceTurns}, {"end_barrier", ts::kTraceEndBarrier},
+                               {"done", ts::kTraceDone}, {"scan", ts::kTraceScan}, {"why", ts::kTraceWhy}})
+            slots[name] = static_cast<int>(v);
+        s.attr("TRACE_SLOTS") = slots;
+    }
     s.def("merge_kind", &sl::merge_kind, py::arg("k"), py::arg("candidates"), py::arg("sorted_lists"),
           "Merge kernel variant for k, the candidates per query and whether every list is sorted best first (the "
           "search's lists): 4 sorted lists (k <= 32); 0, 1 thread lists (k <= 16, 32; at least 16384 candidates); "

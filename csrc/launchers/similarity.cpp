@@ -349,7 +349,9 @@ long long merge_smem_bytes(int kind, int k) {
     const int cap = tunelab::sim::merge_kind_max_k(kind);
     if (cap > 0 && k > cap)
         throw ConfigError("merge kind " + std::to_string(kind) + " takes k <= " + std::to_string(cap) + "; k=" +
-                          std::to_string(k) + " needs kind " + (k <= 32 ? "1, 2 or 3" : "2 or 3"));
+                          std::to_string(k) + " needs kind " +
+                          (k <= 32 ? "1, 2, 3 or (sorted lists) 4" : "2 or 3") +
+                          ": pass no kind to let merge_kind() choose");
     return tunelab::sim::merge_smem_bytes(kind, k);
 }
 

@@ -155,6 +155,7 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
 //   kMergeShared8/4 (2/3) anything else: shared lists merged by warps (similarity_merge<_, _, 8 or 4>: above k = 256
 //                         eight warps' list buffers, 16 k bytes each, would pass 32 KiB).
 enum : int { kMergeLists16 = 0, kMergeLists32 = 1, kMergeShared8 = 2, kMergeShared4 = 3, kMergeSorted = 4 };
+constexpr int kMergeKinds = kMergeSorted + 1;  // kinds 0 .. kMergeKinds - 1 (kMergeSorted is the last)
 constexpr int kMergeListWarps = 8;
 constexpr long long kMergeListsMinCandidates = 16384;
 constexpr int kMergeSortedMaxK = 32;
@@ -190,6 +191,27 @@ TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;
 }
+
+// The search's diagnosis build (TUNELAB_SIM_TRACE, TopkBlock::trace()): each block writes kTraceSlots u64 event
+// stamps (%globaltimer) into the candidate-key buffer, then as many clock64 values. Slots: the events below; a tile
+// group's turn u < kTraceTurns - 1 at kTraceTurn0 + (group * kTraceTurns + u) * 4 + {0: its main loop starts, 1: its
+// MMAs are done, 2: the pre-check's barrier passed, 3: the epilogue is done} (later turns overwrite the last turn's);
+// kTraceScan + group: the group's last store-and-scan, 0 if none; kTraceWhy + group: why (TopkBlock::trace_why()).
+// benchmarks/similarity_probe.py decodes them through the binding (_core.similarity.TRACE_SLOTS).
+enum : int {
+  kTraceSlots = 64,
+  kTraceEntry = 0,
+  kTraceProducerStart = 1,
+  kTraceProducerDone = 2,
+  kTraceMmaStart = 3,
+  kTraceSmid = 4,
+  kTraceTurn0 = 8,
+  kTraceTurns = 6,
+  kTraceEndBarrier = 56,
+  kTraceDone = 57,
+  kTraceScan = 58,
+  kTraceWhy = 60
+};
 
 }  // namespace sim
 }  // namespace tunelab

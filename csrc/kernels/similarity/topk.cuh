@@ -446,12 +446,10 @@ struct TopkTraits {
   // Thread lists: the candidate queue of query column c lives in the group's score tile, in column c's stretch of
   // SP floats: keys at [0, kQueueCap), indices at [kQueueCap, 2 kQueueCap), the slot count at EPI (the pitch's
   // padding, which the store-and-scan path neither writes nor reads, so the count survives it). The queue takes
-  // the whole stretch (32 entries with 64-row epilogues, 64 with 128). An overflow is rare but not free: at N = 50K,
-  // nq = 100 (default EPI_ROWS 64) one random draw of twelve (similarity_gap.py --data queries-first, seed 0) sent
-  // 33 keys of one column into a tile group's second tile, whose bar was still the first tile's bound (no part's
-  // list full yet), and that block's store-and-scan took the search from 43 to 58 us: a split has 3 tiles, so its
-  // block's end is the kernel's (similarity_probe.py --trace --data queries-first names the block, tile, column and
-  // reason). The bar now also takes the other tile group's bound (list_bar()), and that draw runs as the others.
+  // the whole stretch (32 entries with 64-row epilogues, 64 with 128). An overflow is rare but not free: it sends
+  // the tile down the store-and-scan path, and with few tiles per split that block's end is the kernel's (see
+  // list_bar() for the case that did it at 50K / 100, and similarity_probe.py --trace, which names the block, tile,
+  // column and reason of each).
   static constexpr int kQueueCap = kEpiRows / 2;
   // MMA 2, 3: the full[STAGES] and empty[STAGES] mbarriers of the TMA ring; MMA=3: then order[2], which hands the
   // tensor cores from one warpgroup's main loop to the other's (see run())
@@ -603,22 +601,15 @@ struct TopkBlock {
   __device__ __forceinline__ void publish_bar() const { sts(part_bar + tl_part * BQ + tl_col, tl.bar_key()); }
 
   // Timeline of a block (diagnosis build: TUNELAB_SIM_TRACE, compile_search(trace=True), used by
-  // benchmarks/similarity_probe.py --trace). Block b = blockIdx.y * gridDim.x + blockIdx.x writes event `slot`'s
+  // benchmarks/similarity_probe.py --trace): block b = blockIdx.y * gridDim.x + blockIdx.x writes event `slot`'s
   // %globaltimer (ns, comparable across SMs) to u64 entry b * 2 * kTraceSlots + slot of cand_key, and its clock64
   // (cycles of this SM) to entry + kTraceSlots; the build writes no candidate keys there, so its search results
-  // are meaningless. Slots (kTrace*): see the constants; a tile group's turn u < kTraceTurns - 1 at
-  // kTraceTurn0 + (group * kTraceTurns + u) * 4 + {0: its main loop starts (the order wait passed), 1: the main
-  // loop's MMAs are done, 2: the pre-check's barrier passed, 3: the epilogue is done}; later turns overwrite the
-  // last turn's slots. kTraceScan + group: the group's last store-and-scan (a queue overflowed), 0 if none;
-  // kTraceWhy + group: why (trace_why()).
+  // are meaningless. The slots (kTrace*) are in params.cuh.
 #ifdef TUNELAB_SIM_TRACE
   static constexpr bool kTrace = true;
 #else
   static constexpr bool kTrace = false;
 #endif
-  static constexpr int kTraceSlots = 64, kTraceEntry = 0, kTraceProducerStart = 1, kTraceProducerDone = 2,
-                       kTraceMmaStart = 3, kTraceSmid = 4, kTraceTurn0 = 8, kTraceTurns = 6, kTraceEndBarrier = 56,
-                       kTraceDone = 57, kTraceScan = 58, kTraceWhy = 60;
   int trace_turn = 0;  // this tile group's turn (the epilogue's events)
   // This block's timeline in the candidate-key buffer: kTraceSlots u64 stamps, then as many clock64 values.
   __device__ __forceinline__ unsigned long long* trace_slots() const {
@@ -751,7 +742,11 @@ struct TopkBlock {
 
   // Column c's candidate queue in the tile group's score tile (thread lists; see TopkTraits::kQueueCap).
   __device__ __forceinline__ float* queue_keys(int c) const { return scores + c * SP; }
-  __device__ __forceinline__ int* queue_idx(int c) const { return reinterpret_cast<int*>(scores + c * SP + QCAP); }
+  // The index slot that goes with a queue's key slot.
+  static __device__ __forceinline__ int* queue_slot_idx(float* key_slot) {
+    return reinterpret_cast<int*>(key_slot + QCAP);
+  }
+  __device__ __forceinline__ int* queue_idx(int c) const { return queue_slot_idx(queue_keys(c)); }
   __device__ __forceinline__ int* queue_count(int c) const { return reinterpret_cast<int*>(scores + c * SP + EPI); }
   // Column c's bound from a bound pass of this tile group (-inf until one sets it), next to the queue count.
   __device__ __forceinline__ float* column_bound(int c) const { return scores + c * SP + EPI + 1; }
@@ -1056,7 +1051,7 @@ struct TopkBlock {
       }
       // A column whose slots run past the queue stores nothing (the tile then takes the store-and-scan path): its
       // flags are cleared, so that each store below needs only its flag, and a column's keys go to consecutive
-      // slots from one running address (key at a, index at a + QCAP).
+      // slots from one running address (queue_slot_idx() gives each key slot's index slot).
 #pragma unroll
       for (int j = 0; j < CN; ++j) {
 #pragma unroll
@@ -1082,7 +1077,7 @@ struct TopkBlock {
             for (int h = 0; h < 2; ++h) {
               if ((bits >> ((2 * j + e) * CB + 2 * mt + h)) & 1u) {
                 sts(qk, key_raw(mma, rt, mt, nt0 + j, h, e));
-                sts(reinterpret_cast<int*>(qk + QCAP), rid[mt][h]);
+                sts(queue_slot_idx(qk), rid[mt][h]);
                 ++qk;
               }
             }

@@ -66,12 +66,13 @@ DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2}
 GRAM_DTYPE_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "complex64": 3}
 METRICS = {"ip": 0, "cosine": 1, "l2": 2}
 MAX_K = 1024
-#: Merge kernel variants (:func:`_S.merge_kind`): 0, 1 thread lists of 16 and 32 entries, 2, 3 shared lists over 8
-#: and 4 warps, 4 sorted lists (the search's, k <= 32: one warp per query walks only the lists whose best entry
-#: can reach the top k). Not the search's MERGE codes (there 0..2 are shared lists, 3 and 4 thread lists).
-MERGE_KINDS = (0, 1, 2, 3, 4)
+#: Merge kernel variants (:func:`_S.merge_kind`; params.cuh, through the binding): 0, 1 thread lists of 16 and 32
+#: entries, 2, 3 shared lists over 8 and 4 warps, 4 sorted lists (the search's, k <= 32: one warp per query walks only
+#: the lists whose best entry can reach the top k). Not the search's MERGE codes (there 0..2 are shared lists, 3 and
+#: 4 thread lists).
+MERGE_KINDS = tuple(_S.MERGE_KINDS)
 #: The merge kind that needs every list sorted best first (the search's candidate lists, not a dense score matrix).
-MERGE_SORTED = 4
+MERGE_SORTED = int(_S.MERGE_SORTED)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
 
