@@ -399,13 +399,21 @@ def test_merge_kind_rule():
     assert S.merge_kind(10, 50_000, False) == 0 and S.merge_kind(20, 50_000, False) == 1
     assert S.merge_kind(10, 1310, False) == 2 and S.merge_kind(300, 1310, False) == 3
     assert S.merge_threads(4) == 32
-    assert _sim().MERGE_KINDS == (0, 1, 2, 3, 4) and _sim().MERGE_SORTED == 4  # from params.cuh, through the binding
+    # from params.cuh, through the binding
+    assert _sim().MERGE_KINDS == (0, 1, 2, 3, 4, 5) and _sim().MERGE_SORTED == 4 and _sim().MERGE_SELECT == 5
     assert S.merge_smem_bytes(4, 10) == S.merge_smem_bytes(4, 32) == 64 * 8 + 256 * 4 + 16
     assert S.merge_name_expression(0, 2, 4) == "tunelab::sim::similarity_merge_sorted<0, 2>"
     with pytest.raises(ConfigError, match="takes k <= 32; k=33"):
         S.merge_smem_bytes(4, 33)
-    with pytest.raises(ConfigError, match="4 \\(sorted lists"):
-        S.merge_threads(5)
+    with pytest.raises(ConfigError, match="4 \\(sorted lists, k <= 32\\) or 5 \\(select"):
+        S.merge_threads(6)
+    # the select kernel: 1024 threads, its window of row entries, queue and the warps' maxima
+    assert S.merge_threads(5) == 1024
+    assert S.merge_smem_bytes(5, 10) == 51 * 1024 * 4 + 1024 * 8 + 1024 * 4 + 16 <= 227 * 1024
+    assert S.merge_name_expression(1, 2, 5) == "tunelab::sim::similarity_select<1, 2>"
+    with pytest.raises(ConfigError, match="merge kind 5 takes k <= 32; k=33"):
+        S.merge_smem_bytes(5, 33)
+    assert all(S.merge_kind(k, c, srt) != 5 for k in (1, 10, 32, 300) for c in (10, 10 ** 6) for srt in (True, False))
     sim = _sim()
     cs = sim.compile_search(sim.default_config(100, 10, "float16", 768), dtype="float16", arch="sm_90")
 
@@ -424,6 +432,56 @@ def test_merge_kind_rule():
     assert cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000))[4] == 2
     with pytest.raises(ConfigError, match="needs sorted lists"):
         cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=4)
+    # the select kernel reads one dense row per query, and only that
+    assert cs.merge_args(_T(100, 8000), None, q, 10, 1, dense=(8000, 0, 8000), kind=5)[4] == 5
+    with pytest.raises(ConfigError, match="one dense row per query"):
+        cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=5)
+    with pytest.raises(ConfigError, match="one dense row per query"):
+        cs.merge_args(_T(131, 100, 10), _T(131, 100, 10), q, 10, 131, kind=5)
+
+
+def test_dense_search_rule_space_and_limits():
+    """MERGE=5 (the dense key matrix, then the select kernel): the default takes it on sm_90 where the matrix of the
+    store bucket's N is small next to L2, the tuner's space offers it below its own cap, and the launcher takes it
+    with ping-pong and refuses k above the select kernel's 32."""
+    from tunelab.tuning.families.similarity import DENSE_SPACE_MAX_BYTES, build_space
+
+    sim = _sim()
+    dense = lambda nq, n, k=10, dt="float16", arch="sm_90": sim.default_config(  # noqa: E731
+        nq, k, dt, 768, arch=arch, n=n)["MERGE"] == sim.MERGE_DENSE
+    assert dense(100, 65536) and dense(100, 65536, k=32) and dense(9, 65536)
+    assert sim.dense_bytes(100, 65536) <= sim.DENSE_MAX_BYTES < sim.dense_bytes(100, 131072)
+    assert not dense(100, 131072)  # the 100K bucket's matrix: 52 MB
+    assert not dense(100, 65536, k=33) and not dense(200, 16384) and not dense(8, 65536)
+    assert not dense(100, 65536, dt="float32") and not dense(100, 65536, arch="sm_80")
+    assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MERGE"] == 3  # no n (streamed): fused
+    assert sim.dense_ld(50001) == 50004 and sim.dense_bytes(100, 50001) == 100 * 50004 * 4
+    merges = lambda nq, n, k=10: build_space(dict(nq=nq, n=n, d=768, k=k, dtype="fp16")).param("MERGE").choices  # noqa
+    assert 5 in merges(100, 50000) and 5 in merges(100, 500_000)
+    assert 5 not in merges(100, 1_000_000) and 5 not in merges(100, 50000, k=33)
+    assert sim.dense_bytes(100, 500_000) <= DENSE_SPACE_MAX_BYTES < sim.dense_bytes(100, 1_000_000)
+    cfg = sim.default_config(100, 10, "float16", 768, arch="sm_90", n=65536)
+    S.topk_validate(cfg, 0, 0)  # ping-pong with MERGE=5
+    with pytest.raises(ConfigError, match="MERGE=5 .* k <= 32; k=33"):
+        S.topk_smem_bytes(cfg, 0, 0, 33)
+    # no score tile, scratch or list bookkeeping: the ring (and the row norms for cosine, l2) only
+    assert S.topk_smem_bytes(cfg, 0, 0, 10) == 4 * (128 + 104) * 128 + 4 * 16 + 16
+    assert S.topk_smem_bytes(cfg, 0, 2, 10) == S.topk_smem_bytes(cfg, 0, 0, 10) + 2 * 128 * 4
+
+
+def test_dense_configs_compile_without_spills():
+    """The dense default (128-row ping-pong tiles) and its 192-row variant compile clean for every metric on sm_90, an
+    mma.sync dense config on sm_80, and the select kernel stays within 64 registers (1024 threads)."""
+    sim = _sim()
+    base = sim.default_config(100, 10, "float16", 768, arch="sm_90", n=65536)
+    cases = [(base, "float16", "sm_90"), (dict(base, BLOCK_N=192), "bfloat16", "sm_90"),
+             (dict(sim.default_config(1, 10, "float16", 768, arch="sm_80"), MERGE=5), "float16", "sm_80")]
+    for cfg, dt, arch in cases:
+        for metric in ("ip", "cosine", "l2"):
+            cs = sim.compile_search(cfg, dtype=dt, metric=metric, arch=arch)
+            assert cs.resources.spills == 0 and cs.resources.stack_bytes == 0, (cfg, metric, arch)
+            sel = cs.merge_resources(sim.MERGE_SELECT)
+            assert sel.spills == 0 and sel.registers <= 64, (metric, arch, sel.to_dict())
 
 
 def test_trace_slots_do_not_overlap():
@@ -445,7 +503,15 @@ def test_pack_layout_roundtrip():
     assert blob[:256] == bytes(256) and blob[344:] == bytes(40)
     f = struct.unpack("<QQQQqqqiiiiiiii", blob[256:344])
     assert f[:7] == (0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5)
-    assert f[7:14] == (100, 5000, 768, 10, 40, 3, 1)
+    assert f[7:15] == (100, 5000, 768, 10, 40, 3, 1, 0)  # dense_ld 0: not MERGE=5
+    # MERGE=5: cand_key is the [nq][dense_ld] key matrix, cand_idx may be null
+    dcfg = _cfg(BLOCK_Q=32, MERGE=5)
+    db = S.topk_pack(dcfg, 0, 0x1000, 0x2000, 0x3000, 0, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, 5004)
+    assert struct.unpack("<QQQQqqqiiiiiiii", db[256:344])[7:15] == (100, 5000, 768, 10, 40, 3, 0, 5004)
+    for bad_ld, bad_key, base, match in ((5002, 0x3000, 0, "multiple of 4"), (4996, 0x3000, 0, "at least n=5000"),
+                                         (5004, 0x3008, 0, "16-byte aligned"), (5004, 0x3000, 7, "index_base=7")):
+        with pytest.raises(InputError, match=match):
+            S.topk_pack(dcfg, 0, 0x1000, 0x2000, bad_key, 0, 776, 768, base, 100, 5000, 768, 10, 40, 3, 0, bad_ld)
     with pytest.raises(InputError, match="VEC=16"):  # 100-element fp16 rows are 8-byte multiples only
         S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 100, 100, 0, 10, 500, 100, 10, 4, 1, 0)
     with pytest.raises(InputError, match="2\\^31"):

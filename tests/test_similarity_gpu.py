@@ -33,6 +33,8 @@ def _precompile():
     for dt in DTYPES:
         for m in METRICS:
             jobs.append(("search", sim.default_config(NQ, 10, dt, D), dt, m))
+            if dt != "float32" and sim.wgmma_supported(sim._arch(0)):  # the op's resolved default there (dense)
+                jobs.append(("search", sim.default_config(NQ, 10, dt, D, n=8192), dt, m))
     for cfg in _EXPLICIT:
         jobs.append(("search", sim.fit_config(cfg, 10, "float16"), "float16", "l2"))
     if torch.cuda.get_device_capability() == (9, 0):  # the wgmma tests' configs, their comparators, clusters' C=1
@@ -241,6 +243,45 @@ def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
     for cfg in _WGMMA:
         s, i = sim.similarity_search(qi, ci, 16, metric="ip", config=cfg)
         assert torch.equal(i, order), cfg
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the dense default (ping-pong main loop): sm_90 only")
+def test_dense_search_matches_fused_and_reference():
+    """MERGE=5 (every key to the dense matrix, then the select kernel) gives the fused ping-pong search's answer for
+    every metric and 16-bit dtype, with N past the select kernel's shared-memory window (51 Ki entries) and not a
+    multiple of 4, k from 1 to 32; rows that all tie give rows 0..k-1; a streamed corpus refuses an explicit MERGE=5
+    and takes the fused default instead of a dense one."""
+    from tunelab.errors import ConfigError, InputError
+    from tunelab.tuning.families.similarity import check_topk
+
+    sim = _sim()
+    nq, n = 37, 60001
+    for dt in ("float16", "bfloat16"):
+        q, c = _inputs(dt, nq=nq, n=n, d=D_WG, seed=17)
+        dense = sim.default_config(nq, 10, dt, D_WG, n=65536)
+        fused = sim.default_config(nq, 10, dt, D_WG)
+        assert dense["MERGE"] == sim.MERGE_DENSE and fused["MERGE"] == 3 and fused["MMA"] == 3
+        for metric in METRICS:
+            for k in (1, 10, 32):
+                s, i = sim.similarity_search(q, c, k, metric=metric, config=dense)
+                s0, i0 = sim.similarity_search(q, c, k, metric=metric, config=sim.fit_config(dict(fused, MERGE=4), k, dt))
+                assert torch.equal(i, i0), (dt, metric, k)
+                torch.testing.assert_close(s, s0, rtol=1e-6, atol=1e-6 * float(s0.abs().max()))
+            rep = check_topk(s, i, q, c, 32, metric)
+            assert rep.ok, (dt, metric, rep.reason)
+    with pytest.raises(ConfigError, match="k <= 32"):
+        sim.similarity_search(q, c, 33, config=dense)
+    row = torch.randint(-2, 3, (1, D_WG), device="cuda").to(torch.float16)
+    tied = row.repeat(3000, 1)  # every key of a query ties: more than the select queue's 1024 reach the bound
+    qt = torch.randint(-2, 3, (5, D_WG), device="cuda").to(torch.float16)
+    _, it = sim.similarity_search(qt, tied, 10, config=sim.default_config(16, 10, "float16", D_WG, n=4096))
+    assert torch.equal(it.cpu(), torch.arange(10).repeat(5, 1))
+    with pytest.raises(InputError, match="MERGE=5"):
+        sim.similarity_search(q, c, 10, config=dense, memory_budget=64 << 20)
+    s_default, i_default = sim.similarity_search(q, c, 10)  # resolved: dense here
+    s_budget, i_budget = sim.similarity_search(q, c, 10, memory_budget=64 << 20)  # streamed: fused
+    assert torch.equal(i_default, i_budget)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

@@ -46,6 +46,8 @@ void bind_similarity(py::module_& m) {
     s.def("topk_threads", &sl::topk_threads, py::arg("config"), "Threads per search block at launch.");
     s.def("thread_list_capacity", &tunelab::sim::thread_list_capacity, py::arg("merge"),
           "Entries of a search thread list for MERGE (3: 16, 4: 32; 0 for the shared lists): k must not exceed it.");
+    s.def("topk_thread_lists", &tunelab::sim::topk_thread_lists, py::arg("merge"),
+          "Whether MERGE keeps thread lists (3, 4).");
     s.def("topk_uses_tma", &tunelab::sim::topk_uses_tma, py::arg("mma"),
           "Whether main loop MMA is fed by the TMA producer warpgroup (MMA 2, 3).");
     s.def("topk_tile_groups", &tunelab::sim::topk_tile_groups, py::arg("mma"),
@@ -69,14 +71,15 @@ void bind_similarity(py::module_& m) {
         "topk_pack",
         [](const sl::Config& c, int dtype, unsigned long long q, unsigned long long corpus, unsigned long long ck,
            unsigned long long ci, long long qs, long long cs, long long base, long long nq, long long n, long long d,
-           long long k, int num_tiles, int tiles_per_split, int list_offset) {
+           long long k, int num_tiles, int tiles_per_split, int list_offset, long long dense_ld) {
             return py::bytes(sl::topk_pack(c, dtype, q, corpus, ck, ci, qs, cs, base, nq, n, d, k, num_tiles,
-                                           tiles_per_split, list_offset));
+                                           tiles_per_split, list_offset, dense_ld));
         },
         py::arg("config"), py::arg("dtype"), py::arg("queries"), py::arg("corpus"), py::arg("cand_key"),
         py::arg("cand_idx"), py::arg("q_stride"), py::arg("c_stride"), py::arg("index_base"), py::arg("nq"),
         py::arg("n"), py::arg("d"), py::arg("k"), py::arg("num_tiles"), py::arg("tiles_per_split"),
-        py::arg("list_offset"), "SearchParams bytes (pass to ArgPack.raw(bytes, 8)).");
+        py::arg("list_offset"), py::arg("dense_ld") = 0,
+        "SearchParams bytes (pass to ArgPack.raw(bytes, 8)). MERGE=5: cand_key is the [nq][dense_ld] key matrix.");
 
     // merge
     {
@@ -85,6 +88,9 @@ void bind_similarity(py::module_& m) {
         for (int i = 0; i < ts::kMergeKinds; ++i) kinds[i] = i;
         s.attr("MERGE_KINDS") = kinds;
         s.attr("MERGE_SORTED") = static_cast<int>(ts::kMergeSorted);
+        s.attr("MERGE_SELECT") = static_cast<int>(ts::kMergeSelect);
+        s.attr("MERGE_DENSE") = static_cast<int>(ts::kMergeDense);  // the search's MERGE value that writes the keys
+        s.attr("SELECT_MAX_K") = static_cast<int>(ts::kSelectMaxK);
         // the diagnosis build's timeline slots (params.cuh), for benchmarks/similarity_probe.py --trace
         py::dict slots;
         for (auto [name, v] : {std::pair{"slots", ts::kTraceSlots}, {"entry", ts::kTraceEntry},

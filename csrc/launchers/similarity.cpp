@@ -51,7 +51,8 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"WARPS_Q", {1, 2, 4}},          // warps along the queries
             {"STAGES", {2, 3, 4, 5, 6}},     // cp.async ring depth
             {"VEC", {4, 8, 16}},             // bytes per cp.async
-            {"MERGE", {0, 1, 2, 3, 4}},      // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32)
+            {"MERGE", {0, 1, 2, 3, 4, 5}},   // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32),
+                                             // 5 dense: every key to an nq x N matrix, then the select kernel
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
             {"MMA", {0, 1, 2, 3}},           // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
@@ -112,7 +113,7 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
     if (c.min_blocks * c.launch_threads() > 2048)
         config_error(fam, "MIN_BLOCKS=" + std::to_string(c.min_blocks) + " x " + std::to_string(c.launch_threads()) +
                      " threads exceeds 2048 threads per SM");
-    if (c.merge >= 3 && c.threads() < c.block_q)
+    if (tunelab::sim::topk_thread_lists(c.merge) && c.threads() < c.block_q)
         config_error(fam, "MERGE=" + std::to_string(c.merge) + " (thread lists) needs a thread per query column: " +
                      std::to_string(c.threads()) + " threads < BLOCK_Q=" + std::to_string(c.block_q) +
                      "; use more warps, a smaller BLOCK_Q or MERGE 0..2");
@@ -137,8 +138,9 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
             config_error(fam, "MMA=3 (ping-pong warpgroups) needs WARPS_N=8: two MMA warpgroups that take turns on "
                               "the tiles; got WARPS_N=" + std::to_string(c.warps_n) + " (use MMA=2 for one warpgroup)");
         if (c.mma == 3 && c.merge < 3)
-            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4): each warpgroup keeps "
-                              "its own lists; got MERGE=" + std::to_string(c.merge) + " (use MMA=2 for MERGE 0..2)");
+            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or MERGE=5 (dense): "
+                              "each warpgroup keeps its own lists; got MERGE=" + std::to_string(c.merge) +
+                              " (use MMA=2 for MERGE 0..2)");
     }
     // options of the TMA producer: anything but their off value needs MMA 2 or 3
     auto needs_tma = [&](bool ok, const char* name, int value, const char* what, int off) {
@@ -155,6 +157,10 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
 }
 
 void topk_check_k(const TopkConfig& c, long long k) {
+    if (tunelab::sim::topk_dense(c.merge) && k > tunelab::sim::kSelectMaxK)
+        config_error("similarity", "MERGE=5 (dense key matrix) is followed by the select kernel, which takes k <= " +
+                              std::to_string(tunelab::sim::kSelectMaxK) + "; k=" + std::to_string(k) +
+                              " needs MERGE 0..4");
     const int cap = tunelab::sim::thread_list_capacity(c.merge);
     if (cap > 0 && k > cap)
         config_error("similarity", "MERGE=" + std::to_string(c.merge) + " keeps at most " + std::to_string(cap) +
@@ -167,18 +173,20 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     // Mirrors TopkTraits: pipeline ring, score tile (thread lists: also the candidate queues), per-warp scratch
     // lists (not with thread lists), row norms (cosine, l2), per-query {len, sel, thr_key, thr_idx} and the
     // pre-check's hit flags [WARPS_N][BLOCK_Q] (thread lists: each part's k-th key). Ping-pong (MMA=3) has a score
-    // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows.
-    const bool thread_lists = c.merge >= 3;
+    // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows. MERGE=5 (dense) has
+    // the ring and the row norms only.
+    const bool thread_lists = tunelab::sim::topk_thread_lists(c.merge);
+    const bool dense = tunelab::sim::topk_dense(c.merge);
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
     const long long stage = (c.block_n + tunelab::sim::topk_query_rows(c.block_q, c.cluster)) * row_bytes;
     const long long epi = c.epi_rows();
     const long long groups = tunelab::sim::topk_tile_groups(c.mma);
-    const long long score = groups * c.block_q * (epi + 4) * 4;
-    const long long scratch = thread_lists ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
+    const long long score = dense ? 0 : groups * c.block_q * (epi + 4) * 4;
+    const long long scratch = thread_lists || dense ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
     const long long norms = metric != 0 ? groups * c.block_n * 4LL : 0;
-    const long long meta = thread_lists
-                               ? tunelab::sim::topk_list_parts(c.threads(), c.block_q, c.mma) * c.block_q * 4LL
-                               : c.block_q * 16LL + c.warps_n * c.block_q * 4LL;
+    const long long meta = dense          ? 0
+                           : thread_lists ? tunelab::sim::topk_list_parts(c.threads(), c.block_q, c.mma) * c.block_q * 4LL
+                                          : c.block_q * 16LL + c.warps_n * c.block_q * 4LL;
     return c.stages * stage + score + scratch + norms + meta + tunelab::sim::topk_mbarrier_bytes(c.mma, c.stages);
 }
 
@@ -256,8 +264,9 @@ int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const st
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
-                      int tiles_per_split, int list_offset) {
+                      int tiles_per_split, int list_offset, long long dense_ld) {
     const TopkConfig c = topk_validate(config, dtype, 0);
+    const bool dense = tunelab::sim::topk_dense(c.merge);
     topk_check_k(c, k);
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
     if (n < 1 || n > INT_MAX) throw InputError("n=" + std::to_string(n) + " must be in 1..2^31-1");
@@ -270,7 +279,22 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     if (q_stride < d || c_stride < d)
         throw InputError("row strides (queries " + std::to_string(q_stride) + ", corpus " + std::to_string(c_stride) +
                          " elements) must be >= d=" + std::to_string(d));
-    null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key", cand_key}, {"cand_idx", cand_idx}});
+    if (dense) {  // MERGE=5: cand_key is the [nq][dense_ld] key matrix (chunk-local columns); cand_idx is not used
+        null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the dense key matrix)", cand_key}});
+        if (dense_ld < n || dense_ld % 4 != 0 || dense_ld > INT_MAX)
+            throw InputError("MERGE=5: the dense key matrix's row stride dense_ld=" + std::to_string(dense_ld) +
+                             " must be a multiple of 4 floats, at least n=" + std::to_string(n) +
+                             " (16-byte rows for the select kernel's copies)");
+        if (cand_key % 16)
+            throw InputError("MERGE=5: the dense key matrix must be 16-byte aligned (it is at byte " +
+                             std::to_string(cand_key % 16) + " of 16)");
+        if (index_base != 0 || list_offset != 0)
+            throw InputError("MERGE=5 writes one corpus's keys (index_base=" + std::to_string(index_base) +
+                             ", list_offset=" + std::to_string(list_offset) + " must be 0): streamed corpora take "
+                             "MERGE 0..4");
+    } else {
+        null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key", cand_key}, {"cand_idx", cand_idx}});
+    }
     const int allowed = max_vec(dtype, {queries, corpus}, {q_stride, c_stride}, d);
     if (allowed < c.vec)
         throw InputError("VEC=" + std::to_string(c.vec) + " bytes needs the query and corpus pointers, row strides and d * " +
@@ -313,6 +337,7 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     p.num_tiles = num_tiles;
     p.tiles_per_split = tiles_per_split;
     p.list_offset = list_offset;
+    p.dense_ld = dense ? static_cast<int>(dense_ld) : 0;
     // clusters walk tiles_per_split tiles per block, past num_tiles in the last cluster: their rows must fit int32
     if (c.cluster > 1 &&
         (static_cast<long long>(num_tiles) + static_cast<long long>(c.cluster) * tiles_per_split) * c.block_n > INT_MAX)
@@ -331,10 +356,10 @@ int merge_kind(long long k, long long candidates, bool sorted_lists) {
 
 namespace {
 void check_merge_kind(int kind) {
-    if (kind < 0 || kind > 4)
+    if (kind < 0 || kind >= tunelab::sim::kMergeKinds)
         throw ConfigError("merge kind " + std::to_string(kind) +
-                          " is not 0 (thread lists, k <= 16), 1 (thread lists, k <= 32), 2 (8 warps), 3 (4 warps) "
-                          "or 4 (sorted lists, k <= 32)");
+                          " is not 0 (thread lists, k <= 16), 1 (thread lists, k <= 32), 2 (8 warps), 3 (4 warps), "
+                          "4 (sorted lists, k <= 32) or 5 (select: a dense key matrix, k <= 32)");
 }
 }  // namespace
 
@@ -350,7 +375,7 @@ long long merge_smem_bytes(int kind, int k) {
     if (cap > 0 && k > cap)
         throw ConfigError("merge kind " + std::to_string(kind) + " takes k <= " + std::to_string(cap) + "; k=" +
                           std::to_string(k) + " needs kind " +
-                          (k <= 32 ? "1, 2, 3 or (sorted lists) 4" : "2 or 3") +
+                          (k <= 32 ? "1, 2, 3, (sorted lists) 4 or (dense rows) 5" : "2 or 3") +
                           ": pass no kind to let merge_kind() choose");
     return tunelab::sim::merge_smem_bytes(kind, k);
 }
@@ -359,6 +384,8 @@ std::string merge_name_expression(int dtype, int metric, int kind) {
     if (dtype < 0 || dtype > 2) throw ConfigError("merge: dtype code " + std::to_string(dtype) + " is not 0..2");
     if (metric < 0 || metric > 2) throw ConfigError("merge: metric code " + std::to_string(metric) + " is not 0..2");
     check_merge_kind(kind);
+    if (kind == tunelab::sim::kMergeSelect)
+        return "tunelab::sim::similarity_select<" + std::to_string(dtype) + ", " + std::to_string(metric) + ">";
     const std::string args = std::to_string(dtype) + ", " + std::to_string(metric) + ", ";
     if (kind == tunelab::sim::kMergeSorted)
         return "tunelab::sim::similarity_merge_sorted<" + std::to_string(dtype) + ", " + std::to_string(metric) + ">";

@@ -56,11 +56,13 @@ struct TopkPlan {
 // candidate lists (0 = no cap).
 TopkPlan topk_plan(const Config& config, long long nq, long long n, long long target_blocks, long long max_splits);
 
-// SearchParams bytes. Checks sizes against int32, alignment of pointers/strides/d for the config's VEC.
+// SearchParams bytes. Checks sizes against int32, alignment of pointers/strides/d for the config's VEC. MERGE=5
+// (dense): cand_key is the [nq][dense_ld] key matrix (16-byte aligned, dense_ld a multiple of 4, >= n), cand_idx
+// is not read, index_base and list_offset are 0.
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
-                      int tiles_per_split, int list_offset);
+                      int tiles_per_split, int list_offset, long long dense_ld = 0);
 
 // Largest copy width in bytes (16, 8 or 4) that the pointers, row strides (elements) and d allow; 0 if none.
 int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides,

@@ -9,7 +9,8 @@
 // Run (top-k): ./a.out nq n d k splits chunks data seed land_late
 //   data 0: gaussian; 1: small integers (exact arithmetic, many exact ties: the tie rule is checked exactly);
 //   2: corpus rows in increasing order of similarity (every row beats the last: worst case for the filter);
-//   3: like 0 with some NaN corpus rows.  chunks > 1 emulates the streamed path (running list merged in place);
+//   3: like 0 with some NaN corpus rows; 4: every corpus row the same small integers (every key of a query ties: the
+//   answer is rows 0 .. k-1).  chunks > 1 emulates the streamed path (running list merged in place);
 //   chunks = 0 the unfused ablation (GEMM kernel writes the score matrix, merge kernel reads it as dense lists;
 //   inner product only).
 // Run (gram): ./a.out n dim seed land_late
@@ -23,6 +24,7 @@
 #include "similarity/gram.cuh"
 #include "similarity/topk.cuh"
 #include "similarity/merge_sorted.cuh"
+#include "similarity/select.cuh"
 
 namespace tunelab {
 namespace sim {
@@ -99,12 +101,13 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd(0.f, 1.f);
   std::uniform_int_distribution<int> small(-2, 2);
   for (int i = 0; i < nq; ++i)
-    for (int j = 0; j < d; ++j) Q.set(i, j, data == 1 ? static_cast<float>(small(rng)) : nd(rng));
+    for (int j = 0; j < d; ++j) Q.set(i, j, data == 1 || data == 4 ? static_cast<float>(small(rng)) : nd(rng));
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < d; ++j) {
       float v = data == 1 ? static_cast<float>(small(rng)) : nd(rng);
       if (data == 2) v = (j == 0 ? 0.001f * static_cast<float>(i) : 0.f);  // row i: (i/1000, 0, ...)
       if (data == 3 && i % 7 == 3 && j == d / 2) v = NAN;
+      if (data == 4) v = static_cast<float>((j % 5) - 2);  // every row the same: every key ties
       C.set(i, j, v);
     }
   if (data == 2)
@@ -170,6 +173,26 @@ int main(int argc, char** argv) {
     if (mkind == kMergeShared4) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge<DT, METRIC, 4>(mp); });
     if (mkind == kMergeSorted) emu::launch(grid, threads, smem_bytes, [&] { similarity_merge_sorted<DT, METRIC>(mp); });
   };
+  // the merge's parameters over a dense score matrix (implicit indices), writing both outputs
+  auto dense_merge_params = [&](const float* mat, int lists, int len, long long list_stride, long long pitch) {
+    MergeParams mp{};
+    mp.cand_key = mat;
+    mp.queries = Q.bytes.data();
+    mp.q_stride = Q.stride;
+    mp.out_key = out_key.data();
+    mp.out_idx = out_idx.data();
+    mp.out_score = out_score.data();
+    mp.out_index = out_index.data();
+    mp.nq = nq;
+    mp.d = d;
+    mp.k = k;
+    mp.num_lists = lists;
+    mp.list_len = len;
+    mp.list_stride = list_stride;
+    mp.query_stride = pitch;
+    mp.implicit_index = 1;
+    return mp;
+  };
   if (chunks == 0) {  // unfused: the GEMM kernel writes the padded score matrix, the merge kernel reads it densely
     using G = GramTraits<DT, 64, 64, (DT == kF32 ? 32 : 64), 2, 2, 2, 16, 0, 0, kEpiDot>;
     const int L = 8, len = (n + L - 1) / L;
@@ -188,26 +211,42 @@ int main(int argc, char** argv) {
     gp.tiles = (n + 63) / 64;
     emu::launch(uint3_{static_cast<unsigned>(gp.tiles), static_cast<unsigned>((nq + 63) / 64), 1}, G::kThreads,
                 G::kSmemBytes, [&] { similarity_gram<G>(gp); });
-    MergeParams mp{};
-    mp.cand_key = mat.data();
-    mp.cand_idx = nullptr;
-    mp.queries = Q.bytes.data();
-    mp.q_stride = Q.stride;
-    mp.out_key = out_key.data();
-    mp.out_idx = out_idx.data();
-    mp.out_score = out_score.data();
-    mp.out_index = out_index.data();
-    mp.nq = nq;
-    mp.d = d;
-    mp.k = k;
-    mp.num_lists = L;
-    mp.list_len = len;
-    mp.list_stride = len;
-    mp.query_stride = pitch;
-    mp.implicit_index = 1;
-    run_merge(mp);
+    run_merge(dense_merge_params(mat.data(), L, len, len, pitch));
   }
-  for (int ch = 0; ch < chunks; ++ch) {
+  if (Tr::kDense) {  // MERGE=5: the search writes the dense key matrix, the select kernel takes each row's best k
+    if (chunks != 1 || k > kSelectMaxK) {  // the launcher and the ops take MERGE=5 for one in-memory corpus, k <= 32
+      std::printf("RESULT skip MERGE=5 takes one corpus (chunks=%d) and k <= %d (k=%d)\n", chunks, kSelectMaxK, k);
+      return 0;
+    }
+    const int T = (n + Tr::kBlockN - 1) / Tr::kBlockN;
+    int splits = std::max(1, std::min(want_splits, T));
+    const int tps = (T + splits - 1) / splits;
+    splits = (T + tps - 1) / tps;
+    max_splits_seen = splits;
+    const int ld = (n + 3) / 4 * 4;
+    std::vector<float> mat(static_cast<size_t>(nq) * ld, 777.f);  // padding past n is never read
+    emu::register_global(mat.data(), mat.size() * sizeof(float));
+    SearchParams sp{};
+    sp.queries = Q.bytes.data();
+    sp.corpus = C.bytes.data();
+    sp.cand_key = mat.data();
+    sp.cand_idx = nullptr;
+    sp.q_stride = Q.stride;
+    sp.c_stride = C.stride;
+    sp.nq = nq;
+    sp.n = n;
+    sp.d = d;
+    sp.k = k;
+    sp.num_tiles = T;
+    sp.tiles_per_split = tps;
+    sp.dense_ld = ld;
+    emu::launch(uint3_{static_cast<unsigned>(q_tiles), static_cast<unsigned>(splits), 1}, Tr::kLaunchThreads,
+                static_cast<int>(smem), [&] { similarity_topk<Tr>(sp); });
+    const MergeParams mp = dense_merge_params(mat.data(), 1, n, 0, ld);
+    emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, kSelectThreads,
+                static_cast<int>(merge_smem_bytes(kMergeSelect, k)), [&] { similarity_select<DT, METRIC>(mp); });
+  }
+  for (int ch = 0; ch < (Tr::kDense ? 0 : chunks); ++ch) {
     const int r0 = ch * chunk_rows;
     const int rows = std::min(chunk_rows, n - r0);
     if (rows <= 0) break;
@@ -274,7 +313,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- checks
-  const bool exact = data == 1 && METRIC != kCosine;  // exact arithmetic: the tie rule must hold exactly
+  const bool exact = (data == 1 || data == 4) && METRIC != kCosine;  // exact arithmetic: the tie rule must hold exactly
   long long bad_order = 0, bad_key = 0, bad_set = 0, bad_exact = 0, bad_score = 0, dup = 0;
   double max_key_err = 0;
   std::vector<int> order(n);

@@ -44,10 +44,14 @@ TOPK_CONFIGS = [
     (0, 1, 128, 64, 64, 2, 1, 2, 16, 4, 128, 1),      # fp16 cosine, one part per column (64 threads)
     # 32 accumulator holders per column and 16-entry lists: the bound pass selects per thread (kLaneBounds)
     (0, 2, 64, 40, 32, 4, 1, 3, 16, 3, 64, 1),        # fp16 l2, 4 warps of 16 rows, 2 parts of 32 rows
+    # dense (MERGE=5): every key to the [nq][N] matrix, then the select kernel (one-corpus scenarios, k <= 32)
+    (0, 0, 64, 16, 32, 2, 2, 3, 16, 5, 128, 1),       # fp16 ip, mma.sync
+    (1, 2, 128, 24, 64, 4, 1, 3, 16, 5, 128, 1, 1),   # bf16 l2, wgmma (norms by ldmatrix)
+    (2, 1, 64, 16, 32, 2, 2, 3, 4, 5, 128, 1),        # fp32 cosine, 4-byte copies (odd d)
 ]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
-#: the first two thread-list ones and the per-thread bound selection
-QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15]
+#: the first two thread-list ones, the per-thread bound selection and two dense ones
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [
@@ -73,8 +77,9 @@ TOPK_SCENARIOS = [
     (6, 2600, 40, 5, 40, 1, 0, 20, 1),      # 40 lists of 5
     (6, 2600, 40, 8, 40, 2, 1, 21, 1),      # streamed (the running list is one more), exact ties at the bound
     (3, 17920, 40, 3, 280, 1, 0, 23, 1),    # 280 lists (64-row tiles): a second batch of list heads (merge_sorted.cuh)
+    (3, 2500, 40, 10, 2, 1, 4, 24, 1),      # every key ties: queues overflow, the select kernel raises its bar
 ]
-QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20]
+QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20, 21]
 
 # (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
 GRAM_CONFIGS = [
@@ -86,6 +91,11 @@ GRAM_CONFIGS = [
     (1, 64, 64, 32, 4, 1, 2, 16, 1, 0),
 ]
 GRAM_SCENARIOS = [(75, 40, 1, 1), (130, 24, 2, 0)]  # (n, dim, seed, land_late)
+
+
+#: The select kernel's shared-memory window of row entries in the emulator's builds (51 Ki on GPUs): scenario rows of
+#: up to 2048 entries stay in it, longer ones are read from global memory past it.
+SELECT_WINDOW = 2048
 
 
 def _d_for(dtype: int, vec: int, d16: int) -> int:
@@ -105,7 +115,8 @@ def _build(defn: str, value: tuple, out_dir: Path, compiler: str) -> Path:
     if exe.exists():
         return exe
     cmd = [compiler, "-std=c++17", "-O1", "-w", f"-I{HERE / 'shim'}", f"-I{RUNTIME / 'shim'}", f"-I{RUNTIME}",
-           f"-I{HERE}", f"-I{KERNELS}", f"-D{defn}={','.join(map(str, value))}", str(HERE / "emu_similarity.cpp"),
+           f"-I{HERE}", f"-I{KERNELS}", f"-D{defn}={','.join(map(str, value))}",
+           f"-DTUNELAB_SIM_SELECT_WINDOW={SELECT_WINDOW}", str(HERE / "emu_similarity.cpp"),
            str(RUNTIME / "emu_runtime.cpp"), "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

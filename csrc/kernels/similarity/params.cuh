@@ -20,7 +20,9 @@ enum : int { kIP = 0, kCosine = 1, kL2 = 2 };
 // tiles_per_split tiles, those past num_tiles empty, so that the blocks of a cluster fill their shared ring in
 // step; splits is then a multiple of CLUSTER) and writes its per-query candidate list
 // (k entries, best first; missing entries key = -inf, idx = -1) to list (list_offset + s) of cand_key/cand_idx,
-// laid out [list][nq][k].
+// laid out [list][nq][k]. MERGE=5 (dense) keeps no top-k: it writes every key of the split's tiles to the dense
+// key matrix cand_key, [nq][dense_ld] (the key of query q and corpus row r at q * dense_ld + r; entries past n are
+// not written), and the select kernel (merge kind kMergeSelect) picks each row's k best.
 // MMA 2 and 3 (TMA producer) read the queries and the corpus through tensor maps the launcher encodes (zeros
 // elsewhere): 2-D, 16-bit elements, boxes of 64 columns x BLOCK_N corpus rows / topk_query_rows() / CLUSTER query
 // rows, 128-byte swizzle (CUtensorMap's bytes).
@@ -41,7 +43,7 @@ struct alignas(64) SearchParams {
   int num_tiles;         // ceil(n / BLOCK_N)
   int tiles_per_split;
   int list_offset;
-  int pad_;
+  int dense_ld;          // MERGE=5: floats between rows of the dense key matrix (a multiple of 4); else 0
 };
 
 // Final (or running) merge of num_lists candidate lists per query into the k best, sorted (larger key first,
@@ -97,7 +99,12 @@ struct GramParams {
 // Running top-k of the search kernel (MERGE): 0..2 keep one list per query in shared memory, merged by a warp per
 // tile (0 rank, 1 bitonic, 2 hybrid); 3 and 4 keep a sorted list in the registers of every thread (capacity 16
 // and 32: k must not exceed it), each thread owning one query column and a 1 / parts share of the tile's rows.
+// 5 keeps none: the search writes every key to a dense [nq][N] matrix (it stays in L2 where nq x N x 4 bytes is
+// small next to it), and the select kernel (merge kind kMergeSelect) takes each row's k best.
 TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3 ? 16 : merge == 4 ? 32 : 0; }
+TUNELAB_SIM_HD constexpr bool topk_thread_lists(int merge) { return merge == 3 || merge == 4; }
+constexpr int kMergeDense = 5;
+TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDense; }
 // Threads per query column with thread lists: threads / BLOCK_Q rounded down to a power of two, at most 4.
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;
@@ -140,8 +147,11 @@ TUNELAB_SIM_HD constexpr int topk_list_parts(int threads, int block_q, int mma) 
 }
 // Dynamic shared memory of the search kernel that depends on k: two list buffers per query (MERGE 0..2), or the
 // lists of parts 1.. handed to part 0 at the end of a split (MERGE 3, 4).
+// MERGE=5 (dense) keeps no lists.
 TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int block_q, int k, int mma) {
-  return (merge >= 3 ? topk_list_parts(threads, block_q, mma) - 1 : 2) * static_cast<long long>(block_q) * k * 8;
+  return topk_dense(merge) ? 0
+                           : (topk_thread_lists(merge) ? topk_list_parts(threads, block_q, mma) - 1 : 2) *
+                                 static_cast<long long>(block_q) * k * 8;
 }
 
 // The merge kernel's variants ("kinds"), chosen by k, the candidates per query and whether the lists are sorted:
@@ -154,8 +164,29 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
 //                         entries (similarity_merge_lists<_, _, 16 or 32>, kMergeListWarps warps).
 //   kMergeShared8/4 (2/3) anything else: shared lists merged by warps (similarity_merge<_, _, 8 or 4>: above k = 256
 //                         eight warps' list buffers, 16 k bytes each, would pass 32 KiB).
-enum : int { kMergeLists16 = 0, kMergeLists32 = 1, kMergeShared8 = 2, kMergeShared4 = 3, kMergeSorted = 4 };
-constexpr int kMergeKinds = kMergeSorted + 1;  // kinds 0 .. kMergeKinds - 1 (kMergeSorted is the last)
+//   kMergeSelect (5)      one row of a dense key matrix per query (the search with MERGE=5: one list of N entries,
+//                         implicit indices) with k <= 32: a block of kSelectThreads threads bounds the row by its
+//                         threads' maxima and ranks the few entries that reach the bound (similarity_select,
+//                         select.cuh). merge_kind() never picks it: the dense search's caller asks for it.
+enum : int {
+  kMergeLists16 = 0,
+  kMergeLists32 = 1,
+  kMergeShared8 = 2,
+  kMergeShared4 = 3,
+  kMergeSorted = 4,
+  kMergeSelect = 5
+};
+constexpr int kMergeKinds = kMergeSelect + 1;  // kinds 0 .. kMergeKinds - 1 (kMergeSelect is the last)
+// The select kernel: threads per block, the row entries it holds in shared memory (204 KiB: N = 50K fits; the
+// rest of a longer row is read from global memory twice), its queue and the largest k it takes.
+constexpr int kSelectThreads = 1024;
+#ifdef TUNELAB_SIM_SELECT_WINDOW  // the CPU emulator's builds: a small window, so that its rows also pass it
+constexpr int kSelectWindow = TUNELAB_SIM_SELECT_WINDOW;
+#else
+constexpr int kSelectWindow = 51 * 1024;
+#endif
+constexpr int kSelectCap = 1024;
+constexpr int kSelectMaxK = 32;
 constexpr int kMergeListWarps = 8;
 constexpr long long kMergeListsMinCandidates = 16384;
 constexpr int kMergeSortedMaxK = 32;
@@ -166,7 +197,11 @@ TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates, bool sorted
                                                               : kMergeShared4;
 }
 TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) {
-  return kind == kMergeSorted ? 1 : kind == kMergeShared4 ? 4 : kind == kMergeShared8 ? 8 : kMergeListWarps;
+  return kind == kMergeSorted    ? 1
+         : kind == kMergeShared4 ? 4
+         : kind == kMergeShared8 ? 8
+         : kind == kMergeSelect  ? kSelectThreads / 32
+                                 : kMergeListWarps;
 }
 // Entries of a merge kind's thread lists (the largest k it takes); 0 for the shared-list kinds (any k).
 TUNELAB_SIM_HD constexpr int merge_kind_capacity(int kind) {
@@ -174,7 +209,7 @@ TUNELAB_SIM_HD constexpr int merge_kind_capacity(int kind) {
 }
 // The largest k a merge kind takes (0: any k).
 TUNELAB_SIM_HD constexpr int merge_kind_max_k(int kind) {
-  return kind == kMergeSorted ? kMergeSortedMaxK : merge_kind_capacity(kind);
+  return kind == kMergeSorted ? kMergeSortedMaxK : kind == kMergeSelect ? kSelectMaxK : merge_kind_capacity(kind);
 }
 // Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
 constexpr int kMergeR = 4;
@@ -184,9 +219,11 @@ constexpr int kSortedMergeHotIds = 32 * 8;
 constexpr int kSortedMergeKept = 64;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
-// (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; all: 16 bytes for |q|^2.
+// (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; select: the window of the row, the
+// queue (8 bytes an entry) and each warp's 32 maxima; all: 16 bytes for the queue count, the bar and |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
-  return kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
+  return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + kSelectThreads * 4LL + 16
+         : kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;

@@ -423,7 +423,10 @@ struct TopkTraits {
   using Layout = SmemRowLayout<kRowBytes, 1>;
   // thread lists (MERGE 3, 4): capacity, threads per query column in a tile group, the rows of a pass each one
   // scans, and the parts of a column in the whole block
-  static constexpr bool kThreadLists = kMerge >= 3;
+  static constexpr bool kThreadLists = topk_thread_lists(kMerge);
+  // MERGE=5: no running top-k, every key goes to the dense key matrix (dense_epilogue()); no score tile, scratch or
+  // list bookkeeping in shared memory
+  static constexpr bool kDense = topk_dense(kMerge);
   static constexpr int kListCap = kThreadLists ? thread_list_capacity(kMerge) : 1;
   static constexpr int kParts = thread_list_parts(kGroupThreads, kBlockQ);
   static constexpr int kPartRows = kEpiRows / kParts;
@@ -433,16 +436,18 @@ struct TopkTraits {
   static constexpr int kBTileBytes = kQueryRows * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kScoreOffset = kStages * kStageBytes;
-  static constexpr int kScoreBytes = kBlockQ * kScorePitch * 4;  // per tile group
+  static constexpr int kScoreBytes = kDense ? 0 : kBlockQ * kScorePitch * 4;  // per tile group
   static constexpr int kScratchOffset = kScoreOffset + kGroups * kScoreBytes;
-  static constexpr int kScratchBytes = kThreadLists ? 0 : kWarps * kEpiRows * 8;  // per warp: keys then indices
+  static constexpr int kScratchBytes = kThreadLists || kDense ? 0 : kWarps * kEpiRows * 8;  // per warp: keys, indices
   static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
   static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of a tile's corpus rows (per group)
   static constexpr int kMetaOffset = kNormOffset + kGroups * kNormBytes;
   // {len, sel, thr_key, thr_idx} per query, then the pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer
   // each: lane g == 0 of a quad column group in warp row warp_n); thread lists: each part's k-th key,
   // [PARTS][BLOCK_Q] floats (their pre-check fills candidate queues instead of flags)
-  static constexpr int kMetaBytes = kThreadLists ? kListParts * kBlockQ * 4 : kBlockQ * 16 + kWarpsN * kBlockQ * 4;
+  static constexpr int kMetaBytes = kDense          ? 0
+                                    : kThreadLists ? kListParts * kBlockQ * 4
+                                                   : kBlockQ * 16 + kWarpsN * kBlockQ * 4;
   // Thread lists: the candidate queue of query column c lives in the group's score tile, in column c's stretch of
   // SP floats: keys at [0, kQueueCap), indices at [kQueueCap, 2 kQueueCap), the slot count at EPI (the pitch's
   // padding, which the store-and-scan path neither writes nor reads, so the count survives it). The queue takes
@@ -473,7 +478,7 @@ struct TopkTraits {
   static_assert(kThreads >= 64 && kThreads <= 512, "2 to 16 warps");
   static_assert(kStages >= 2 && kStages <= 6, "STAGES 2..6");
   static_assert(kVec == 4 || kVec == 8 || kVec == 16, "VEC 4, 8 or 16 bytes");
-  static_assert(kMerge >= 0 && kMerge <= 4, "MERGE 0 (rank), 1 (bitonic), 2 (hybrid), 3 / 4 (thread lists)");
+  static_assert(kMerge >= 0 && kMerge <= 5, "MERGE 0 (rank), 1 (bitonic), 2 (hybrid), 3 / 4 (thread lists), 5 (dense)");
   static_assert(EPI_ROWS_ == 64 || EPI_ROWS_ == 128, "EPI_ROWS 64 or 128");
   static_assert(kMinBlocks == 1 || kMinBlocks == 2, "MIN_BLOCKS 1 or 2");
   static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
@@ -488,7 +493,8 @@ struct TopkTraits {
                 "wgmma path: STAGES >= 3 (one slice in flight on the tensor cores)");
   static_assert(kMetaBytes % 8 == 0, "mbarriers are 8-byte aligned");
   static_assert(!kTmaProducer || kMinBlocks == 1, "MMA 2, 3: MIN_BLOCKS = 1 (the register reconfiguration's sizes)");
-  static_assert(!kPingPong || (kWarps == 8 && kThreadLists), "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3 or 4");
+  static_assert(!kPingPong || (kWarps == 8 && (kThreadLists || kDense)),
+                "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3, 4 or 5");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
   static_assert(topk_cluster_ok(kCluster, kMma), "CLUSTER 1, or 2 or 4 with MMA 2, 3 (TMA multicast)");
   static_assert(topk_prefetch_ok(kPrefetchTiles, kMma), "PREFETCH 0, or 1 or 2 with MMA 2, 3 (TMA L2 prefetch)");
@@ -1106,6 +1112,29 @@ struct TopkBlock {
     publish_bar();
   }
 
+  // MERGE=5: every key of the tile (metric applied) to the dense key matrix, [nq][dense_ld], at column tile row
+  // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
+  // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
+  __device__ __forceinline__ void dense_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
+    const int g = lane >> 2, t = lane & 3;
+    const RowTerms rt = row_terms(tile);
+    float* base = p.cand_key + static_cast<long long>(tile) * BN;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = query_col(nt, e, t);
+        if (q0 + col >= p.nq) continue;
+        float* dst = base + static_cast<long long>(q0 + col) * p.dense_ld;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (!kTrace && rt.valid[mt][h]) dst[row_of(mt, h, g)] = key_raw(mma, rt, mt, nt, h, e);
+      }
+    }
+  }
+
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
   // the tile group's first tile of the split (thread lists run the bound pass on it).
@@ -1117,7 +1146,8 @@ struct TopkBlock {
     // when this one starts. MMA 2 and 3's main loops have none: wait here until no thread of the tile group still
     // reads the previous tile's norms, scores or queues, or clears hit flags or queue counts after this tile's
     // pre-check set them.
-    if constexpr (Tr::kTmaProducer) block_sync();
+    // (MERGE=5 shares nothing in shared memory across tiles but the row norms of cosine and l2.)
+    if constexpr (Tr::kTmaProducer && (!Tr::kDense || Tr::kNorms)) block_sync();
     if constexpr (Tr::kNorms) {
       if (warp_q == 0) {  // these warps cover every row of the tile once
         mma.quad_reduce_norms();
@@ -1129,6 +1159,10 @@ struct TopkBlock {
         }
       }
       block_sync();  // every warp needs its rows' norms for the pre-check
+    }
+    if constexpr (Tr::kDense) {
+      dense_epilogue(mma, tile);
+      return;
     }
     if constexpr (Tr::kThreadLists) {
       queue_epilogue(mma, tile, first);
@@ -1398,7 +1432,7 @@ struct TopkBlock {
         sts(queue_count(c), 0);
         if constexpr (kBounds) sts(column_bound(c), -f32_inf());
       }
-    } else {
+    } else if constexpr (!Tr::kDense) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
         sts(meta + 4 * c + 1, 0);
@@ -1406,7 +1440,7 @@ struct TopkBlock {
         sts(meta + 4 * c + 3, 0x7fffffff);
       }
     }
-    if constexpr (!Tr::kThreadLists) {
+    if constexpr (!Tr::kThreadLists && !Tr::kDense) {
       for (int i = tid; i < Tr::kWarpsN * BQ; i += Tr::kThreads) sts(hits + i, 0);
     }
     // (MMA=2: the barrier that opens every epilogue publishes this to the MMA warps; a ping-pong group's barrier
@@ -1517,6 +1551,10 @@ struct TopkBlock {
       }
     }
     if constexpr (!Tr::kTmaProducer) cp_async_wait<0>();
+    if constexpr (Tr::kDense) {  // the keys are written; nothing else is
+      if (tid == 0) trace(kTraceDone);
+      return;
+    }
     // An empty split still writes k missing entries per query; the meta init must be visible to every warp.
     mma_warps_sync();
     if (tid == 0) trace(kTraceEndBarrier);

@@ -68,15 +68,22 @@ METRICS = {"ip": 0, "cosine": 1, "l2": 2}
 MAX_K = 1024
 #: Merge kernel variants (:func:`_S.merge_kind`; params.cuh, through the binding): 0, 1 thread lists of 16 and 32
 #: entries, 2, 3 shared lists over 8 and 4 warps, 4 sorted lists (the search's, k <= 32: one warp per query walks only
-#: the lists whose best entry can reach the top k). Not the search's MERGE codes (there 0..2 are shared lists, 3 and
-#: 4 thread lists).
+#: the lists whose best entry can reach the top k), 5 select (one row of a dense key matrix per query, k <= 32: the
+#: search with MERGE=5). Not the search's MERGE codes (there 0..2 are shared lists, 3 and 4 thread lists, 5 dense).
 MERGE_KINDS = tuple(_S.MERGE_KINDS)
 #: The merge kind that needs every list sorted best first (the search's candidate lists, not a dense score matrix).
 MERGE_SORTED = int(_S.MERGE_SORTED)
+#: The merge kind that selects from the rows of the dense key matrix a MERGE=5 search writes.
+MERGE_SELECT = int(_S.MERGE_SELECT)
+#: The search's MERGE value that keeps no top-k and writes every key to a dense nq x N matrix (see
+#: :func:`default_config` for when it is chosen), and the largest k its select kernel takes.
+MERGE_DENSE = int(_S.MERGE_DENSE)
+SELECT_MAX_K = int(_S.SELECT_MAX_K)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
 
-_SEARCH_SOURCE = '#include "similarity/topk.cuh"\n#include "similarity/merge_sorted.cuh"\n'
+_SEARCH_SOURCE = ('#include "similarity/topk.cuh"\n#include "similarity/merge_sorted.cuh"\n'
+                  '#include "similarity/select.cuh"\n')
 _GRAM_SOURCE = '#include "similarity/gram.cuh"\n'
 
 
@@ -126,13 +133,30 @@ def compile_arch(config: Mapping[str, Any], arch: str) -> str:
     return "sm_90a"
 
 
+def dense_ld(n: int) -> int:
+    """Row stride (floats) of the dense key matrix of a ``MERGE=5`` search over ``n`` rows: n rounded up to 4, so
+    that every row is 16-byte aligned for the select kernel's copies."""
+    return (int(n) + 3) // 4 * 4
+
+
 def _round8(n: int) -> int:
     return max(8, (int(n) + 7) // 8 * 8)
 
 
+#: The largest dense key matrix (nq x N x 4 bytes, N the store bucket's: the next power of two) for which the default
+#: config is MERGE=5 (see :func:`default_config`).
+DENSE_MAX_BYTES = 32 << 20
+
+
+def dense_bytes(nq: int, n: int) -> int:
+    """Bytes of the dense key matrix of a ``MERGE=5`` search: nq rows of :func:`dense_ld` floats."""
+    return int(nq) * dense_ld(n) * 4
+
+
 def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None = None,
-                   arch: str | None = None) -> dict:
-    """The documented search config used when nothing is tuned, for ``nq`` queries and ``k``.
+                   arch: str | None = None, n: int | None = None) -> dict:
+    """The documented search config used when nothing is tuned, for ``nq`` queries and ``k`` (and, when given,
+    ``n`` corpus rows: streamed searches pass none and get a fused config).
 
     Chosen from shared-memory traffic per MMA (ldmatrix bytes feeding each mma.sync must stay below the ~128 B/clk
     an SM's shared memory delivers) and bytes in flight (memory-bound cases):
@@ -170,6 +194,10 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       way (faster at 1M and 50K, slower at 10M), MMA=2's 256-row tiles 1-44% slower, CLUSTER=2 within 3%, so the
       defaults stay.
 
+    * Dense (MERGE=5) where the nq x N key matrix is at most :data:`DENSE_MAX_BYTES` (sm_90, fp16/bf16, nq > 8,
+      k <= :data:`SELECT_MAX_K`): the ping-pong main loop writes every key, which stays in L2, and the select kernel
+      takes each row's k best; at N = 50K a split has only ~3 tiles, and the fused top-k epilogue of its first
+      and last tile is on the critical path (benchmarks/similarity_dense.py, results/similarity_dense.json).
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
       per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);
       else one list per query in shared memory, merged by a warp per tile (MERGE=2). Measured on the H200
@@ -195,6 +223,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     pingpong = wgmma and lists_hold_k  # MMA=3 keeps thread lists
     if nq <= 8:
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
+    elif nq <= 112 and wgmma and n is not None and k <= SELECT_MAX_K and dense_bytes(nq, n) <= DENSE_MAX_BYTES:
+        cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 112 and pingpong:
         cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)
         if accumulators(cfg) > max_accumulators(cfg):  # 192-row tiles of more than 72 queries spill
@@ -207,7 +237,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     else:
         cfg = _cfg(256, 128, 64, 8, 1, 3, mma=2) if wgmma else _cfg(128, 128, 128 // eb, 2, 4, 3)
     # the running top-k: thread lists (16 entries) for k <= 16 above 8 queries, when the accumulators leave room
-    if nq > 8 and lists_hold_k and _thread_lists_fit(dict(cfg, MERGE=3)):
+    if nq > 8 and lists_hold_k and cfg["MERGE"] != MERGE_DENSE and _thread_lists_fit(dict(cfg, MERGE=3)):
         cfg["MERGE"] = 3
     if d is not None:  # the widest copy that rows of d elements allow (contiguous, aligned tensors)
         cfg["VEC"] = next((v for v in (16, 8, 4) if (int(d) * eb) % v == 0), 4)
@@ -230,7 +260,7 @@ def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limi
     cfg = dict(_with_mma(config, 1), STAGES=max(3, config["STAGES"]))
     while accumulators(cfg) > max_accumulators(cfg) and cfg["BLOCK_N"] > 64 * (cfg["WARPS_N"] // 4):
         cfg["BLOCK_N"] //= 2
-    if cfg["MERGE"] >= 3 and not _thread_lists_fit(cfg):
+    if _S.topk_thread_lists(cfg["MERGE"]) and not _thread_lists_fit(cfg):
         cfg["MERGE"] = 2
     return fit_config(cfg, k, dtype, limit, metric)
 
@@ -416,7 +446,7 @@ class CompiledSearch:
         return self._smem[k]
 
     def functions(self, device: int):
-        """(search, merge kind 0, 1, 2, 3, 4) loaded on ``device`` (once per device)."""
+        """(search, merge kinds 0 .. 5 in :data:`MERGE_KINDS` order) loaded on ``device`` (once per device)."""
         return self._loaded.get(device)
 
     def merge_function(self, device: int, kind: int):
@@ -465,13 +495,30 @@ class CompiledSearch:
         cap = max(self.cluster, WORKSPACE_CAP_BYTES // max(1, nq * k * 8))
         return dict(_S.topk_plan(self.config, nq, n, self.resident_blocks(device, k), cap))
 
+    @property
+    def dense(self) -> bool:
+        """Whether the search writes every key to a dense nq x N matrix (``MERGE=5``) instead of candidate lists."""
+        return self.config["MERGE"] == MERGE_DENSE
+
+    def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):
+        """(cand_key, cand_idx) for one search launch: the splits' candidate lists, [splits][nq][k] float32 and
+        int32; or with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None."""
+        import torch
+
+        if self.dense:
+            return torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device), None
+        return (torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=device),
+                torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=device))
+
     def search_args(self, queries, corpus_ptr: int, c_stride: int, n: int, k: int, cand_key, cand_idx,
                     index_base: int, list_offset: int, plan: dict):
-        """(grid, block, smem, ArgPack) of the search kernel."""
+        """(grid, block, smem, ArgPack) of the search kernel (``MERGE=5``: ``cand_key`` is the dense key matrix of
+        :meth:`candidate_buffers` and ``cand_idx`` may be None)."""
         nq, d = queries.shape
         blob = _S.topk_pack(self.config, self.dtype_code, queries.data_ptr(), int(corpus_ptr), cand_key.data_ptr(),
-                            cand_idx.data_ptr(), queries.stride(0), int(c_stride), int(index_base), nq, int(n), d,
-                            int(k), plan["num_tiles"], plan["tiles_per_split"], int(list_offset))
+                            0 if cand_idx is None else cand_idx.data_ptr(), queries.stride(0), int(c_stride),
+                            int(index_base), nq, int(n), d, int(k), plan["num_tiles"], plan["tiles_per_split"],
+                            int(list_offset), cand_key.stride(0) if self.dense else 0)
         pack = _core.ArgPack()
         pack.raw(blob, 8)
         return (plan["q_tiles"], plan["splits"], 1), (self.threads, 1, 1), self.smem_bytes(k), pack
@@ -490,6 +537,9 @@ class CompiledSearch:
         if kind == MERGE_SORTED and dense is not None:
             raise ConfigError(f"merge kind {MERGE_SORTED} needs sorted lists; the rows of a dense score matrix are "
                               f"not: pass kind=None (or 0..3)")
+        if kind == MERGE_SELECT and (dense is None or int(num_lists) != 1):
+            raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads one dense row per query (dense=(N, 0, "
+                              f"row stride), num_lists=1); got num_lists={num_lists}, dense={dense}: pass kind=None")
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
@@ -506,6 +556,17 @@ class CompiledSearch:
         grid, block, smem, pack = self.search_args(*args, **kwargs)
         self.functions(device)[0].launch(grid, block, smem, stream, pack, cluster=self.cluster_dims)
 
+    def final_merge_args(self, cand_key, cand_idx, queries, k: int, n: int, plan: dict, scores, indices,
+                         kind: int | None = None):
+        """:meth:`merge_args` of the merge that follows one search launch over ``n`` corpus rows: the select kernel
+        over the dense key matrix (``MERGE=5``), else the merge of the splits' candidate lists (``kind``: as
+        :meth:`merge_args`'s)."""
+        if self.dense:
+            return self.merge_args(cand_key, None, queries, k, 1, out_score=scores, out_index=indices,
+                                   dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT)
+        return self.merge_args(cand_key, cand_idx, queries, k, plan["splits"], out_score=scores, out_index=indices,
+                               kind=kind)
+
     def launch_merge(self, device: int, stream: int, *args, **kwargs) -> None:
         """Launch the merge kernel of the kind :meth:`merge_args` picks for k on ``device`` and ``stream``; the
         other arguments are :meth:`merge_args`'s."""
@@ -514,14 +575,15 @@ class CompiledSearch:
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict,
                 merge_kind: int | None = None):
-        """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer (``merge_kind``: as
-        :meth:`merge_args`'s ``kind``)."""
+        """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer (``cand_key``,
+        ``cand_idx``: :meth:`candidate_buffers`; ``merge_kind``: as :meth:`merge_args`'s ``kind``, not for
+        ``MERGE=5``)."""
         n = corpus.shape[0]
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=self.cluster_dims)
-        grid, block, smem, pack, kind = self.merge_args(cand_key, cand_idx, queries, k, plan["splits"],
-                                                        out_score=scores, out_index=indices, kind=merge_kind)
+        grid, block, smem, pack, kind = self.final_merge_args(cand_key, cand_idx, queries, k, n, plan, scores, indices,
+                                                              kind=merge_kind)
         p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack)
         return p1, p2
 
@@ -756,7 +818,7 @@ def resolve_config(device_index: int, *, nq: int, n: int, d: int, k: int, dtype:
         "similarity", device_index, problem_of(nq, n, d, k, dtype, metric),
         ("search", int(nq), next_pow2(n), int(d), int(k), dtype, metric),
         lambda found: fit_config(found, k, dtype, smem_limit(_arch(device_index)), metric),
-        lambda: default_config(nq, k, dtype, d, arch=_arch(device_index)))
+        lambda: default_config(nq, k, dtype, d, arch=_arch(device_index), n=next_pow2(n)))
 
 
 def clear_caches() -> None:
@@ -822,15 +884,14 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
                    explicit, k, metric, _arch(dev))
     compiled = compile_search(cfg, dtype=dt, metric=metric, arch=_arch(dev))
     plan = compiled.plan(dev, nq, n, k, splits)
-    cand_key = torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=queries.device)
-    cand_idx = torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=queries.device)
+    cand_key, cand_idx = compiled.candidate_buffers(plan, nq, n, k, queries.device)
     scores = torch.empty((nq, k), dtype=torch.float32, device=queries.device)
     indices = torch.empty((nq, k), dtype=torch.int64, device=queries.device)
     stream = int(torch.cuda.current_stream(queries.device).cuda_stream)
     compiled.launch_search(dev, stream, queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key, cand_idx, 0, 0,
                            plan)
-    compiled.launch_merge(dev, stream, cand_key, cand_idx, queries, k, plan["splits"], out_score=scores,
-                          out_index=indices)
+    grid, block, smem, pack, kind = compiled.final_merge_args(cand_key, cand_idx, queries, k, n, plan, scores, indices)
+    compiled.merge_function(dev, kind).launch(grid, block, smem, stream, pack)
     return scores, indices
 
 

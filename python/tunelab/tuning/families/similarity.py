@@ -16,10 +16,13 @@ name         choices              what it does
 ``WARPS_Q``  1, 2, 4              warps along the queries
 ``STAGES``   2 .. 5               cp.async ring depth (slices in flight = STAGES - 1)
 ``VEC``      4, 8, 16             bytes per cp.async (the static gate keeps those that rows of d allow)
-``MERGE``    0 .. 4               running top-k: 0..2 one list per query in shared memory merged by a warp per tile
+``MERGE``    0 .. 5               running top-k: 0..2 one list per query in shared memory merged by a warp per tile
                                   (0 rank counting, 1 warp bitonic sort, 2 hybrid: rank for <= 32 new candidates,
                                   bitonic above); 3, 4 a sorted list in every thread's registers (16 or 32 entries:
-                                  k <= 16 or k <= 32), each thread scanning its query's share of the tile's rows
+                                  k <= 16 or k <= 32), each thread scanning its query's share of the tile's rows;
+                                  5 none: every key goes to a dense nq x N matrix and the select kernel takes each
+                                  row's k best (k <= 32; offered where the matrix is at most
+                                  :data:`DENSE_SPACE_MAX_BYTES`)
 ``EPI_ROWS``  64, 128             corpus rows per top-k epilogue pass: 64 halves the score tile, so that two blocks
                                   can share an SM (one's epilogue overlapping the other's MMA main loop)
 ``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
@@ -31,7 +34,7 @@ name         choices              what it does
                                   >= 2, MIN_BLOCKS = 1; 16-byte aligned rows, else the op falls back to 1); 3 the
                                   ring of 2 with ping-pong warpgroups: each of two (WARPS_N = 8) owns every other
                                   tile, all its rows, so one's top-k epilogue runs while the other multiplies
-                                  (thread lists, MERGE 3 or 4)
+                                  (thread lists, MERGE 3 or 4, or MERGE 5)
 ===========  ===================  ====================================================================================
 
 Not in the space (explicit configs take them; on the H200 neither was faster at any benchmark shape, so the tuner
@@ -72,6 +75,10 @@ from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 
 #: Largest opt-in shared memory per block of any supported arch (sm_90: 227 KiB).
 MAX_SMEM_ANY_ARCH = 232448
+#: MERGE=5 is in a problem's space when its dense key matrix (nq x N x 4 bytes) is at most this: past it the matrix
+#: leaves L2 many times over and the fused search is measured faster (the default switches at
+#: ``tunelab.ops.similarity.DENSE_MAX_BYTES``).
+DENSE_SPACE_MAX_BYTES = 256 << 20
 
 
 _DESCRIPTIONS = {
@@ -82,7 +89,8 @@ _DESCRIPTIONS = {
     "WARPS_Q": "warps along the queries",
     "STAGES": "cp.async pipeline depth",
     "VEC": "bytes per cp.async",
-    "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32)",
+    "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32); 5 none "
+             "(dense key matrix, then the select kernel)",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
@@ -178,6 +186,17 @@ def block_q_choices(nq: int) -> list[int]:
     return sorted(out)
 
 
+def merge_choices(problem: Any) -> list[int]:
+    """MERGE values for a problem: shared lists always, thread lists where k fits their capacity, dense (5) where
+    k <= the select kernel's limit and the dense key matrix is at most :data:`DENSE_SPACE_MAX_BYTES`."""
+    p = as_problem(problem)
+    ops = _ops()
+    out = [m for m in (0, 1, 2, 3, 4) if m < 3 or p.k <= ops._S.thread_list_capacity(m)]
+    if p.k <= ops.SELECT_MAX_K and ops.dense_bytes(p.nq, p.n) <= DENSE_SPACE_MAX_BYTES:
+        out.append(ops.MERGE_DENSE)
+    return out
+
+
 def build_space(problem: Any) -> SearchSpace:
     """The search space for one problem (BLOCK_Q's choices and BLOCK_K's range depend on nq and dtype)."""
     p = as_problem(problem)
@@ -191,8 +210,7 @@ def build_space(problem: Any) -> SearchSpace:
         Param("WARPS_Q", [1, 2, 4], description=_DESCRIPTIONS["WARPS_Q"]),
         Param("STAGES", [2, 3, 4, 5], description=_DESCRIPTIONS["STAGES"]),
         Param("VEC", [4, 8, 16], description=_DESCRIPTIONS["VEC"]),
-        Param("MERGE", [m for m in (0, 1, 2, 3, 4) if m < 3 or k <= _ops()._S.thread_list_capacity(m)],
-              ordered=False, description=_DESCRIPTIONS["MERGE"]),
+        Param("MERGE", merge_choices(p), ordered=False, description=_DESCRIPTIONS["MERGE"]),
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
         Param("MMA", [0, 1, 2, 3], ordered=False, description=_DESCRIPTIONS["MMA"]),
@@ -224,12 +242,12 @@ def build_space(problem: Any) -> SearchSpace:
                    f"more than {MAX_ACCUMULATORS} fp32 accumulators per thread ({MAX_ACCUMULATORS_TMA} with MMA=2 "
                    f"and 8 warps, {MAX_ACCUMULATORS_PINGPONG} with MMA=3, {MAX_ACCUMULATORS_PINGPONG_192} with its "
                    f"192-row tiles; certain spills): lower BLOCK_N or BLOCK_Q"),
-        Constraint("thread_lists_threads", lambda c: c["MERGE"] < 3 or c["THREADS"] >= c["BLOCK_Q"],
+        Constraint("thread_lists_threads", lambda c: c["MERGE"] not in (3, 4) or c["THREADS"] >= c["BLOCK_Q"],
                    "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
                    code="static.threads"),
         Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
                    "MMA 1..3 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
-                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 or 4)",
+                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3, 4 or 5)",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
@@ -249,7 +267,10 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     bq = c["BLOCK_Q"]
     cluster = c.get("CLUSTER", 1)  # a cluster's stages hold BLOCK_Q rounded up to 8 rows per block
     q_rows = bq if cluster == 1 else -(-bq // (8 * cluster)) * (8 * cluster)
-    if c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
+    score = groups * bq * (epi + 4) * 4
+    if c["MERGE"] == 5:  # dense: the ring and the row norms only
+        score, scratch, meta, lists = 0, 0, 0, 0
+    elif c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
         parts = groups * thread_list_parts(32 * warps // groups, bq)
         scratch, meta, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
     else:  # per-warp scratch; {len, sel, thr_key, thr_idx} per query and the pre-check's hit flags; two list
@@ -257,8 +278,7 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
         scratch, meta, lists = warps * epi * 8, bq * 16 + c["WARPS_N"] * bq * 4, 2 * bq * k * 8
     # MMA 2, 3: full[] and empty[] of the TMA ring; MMA=3: and order[2]
     mbarriers = 16 * c["STAGES"] + (16 if mma == 3 else 0) if mma >= 2 else 0
-    static = c["STAGES"] * (c["BLOCK_N"] + q_rows) * row + groups * bq * (epi + 4) * 4 + scratch + norms + meta + \
-        mbarriers
+    static = c["STAGES"] * (c["BLOCK_N"] + q_rows) * row + score + scratch + norms + meta + mbarriers
     return static + lists
 
 
@@ -499,8 +519,7 @@ class SimilarityFamily(TunableFamily):
         if hit is None:
             dev = inputs.queries.device.index or 0
             plan = cs.plan(dev, p.nq, p.n, p.k)
-            ck = torch.empty((plan["splits"], p.nq, p.k), dtype=torch.float32, device=inputs.queries.device)
-            ci = torch.empty((plan["splits"], p.nq, p.k), dtype=torch.int32, device=inputs.queries.device)
+            ck, ci = cs.candidate_buffers(plan, p.nq, p.n, p.k, inputs.queries.device)
             p1, p2 = cs.prepare(dev, inputs.queries, inputs.corpus, p.k, ck, ci, inputs.scores, inputs.indices, plan)
             hit = (p1, p2, ck, ci, plan)
             inputs.workspace = {key: hit}  # one config's workspace at a time
@@ -534,8 +553,11 @@ class SimilarityFamily(TunableFamily):
         return run
 
     def memory_required(self, config: Config, problem: Any) -> int | None:
-        """Candidate-list workspace: nq x k entries of 8 bytes for up to ~1024 splits."""
+        """Candidate-list workspace: nq x k entries of 8 bytes for up to ~1024 splits, or (MERGE=5) the dense key
+        matrix."""
         p = as_problem(problem)
+        if config.get("MERGE") == _ops().MERGE_DENSE:
+            return _ops().dense_bytes(p.nq, p.n)
         return 1024 * p.nq * p.k * 8  # candidate lists: at most ~1024 splits
 
     def baselines(self, problem: Any) -> dict[str, Callable[[Any], Callable[[], Any]]]:
