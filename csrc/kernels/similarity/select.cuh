@@ -5,8 +5,10 @@
 // index is rank (MergeParams: one list of list_len = N entries, implicit indices).
 //
 //   1. The row's first kSelectWindow entries are copied to shared memory (16-byte cp.async, where the row is
-//      16-byte aligned), each thread owning the chunks c = tid, tid + threads, ...; entries past them (and an
-//      unaligned row) are read from global memory in both passes. Each thread keeps the largest of its entries.
+//      16-byte aligned), each thread owning the 4-entry chunks c = tid, tid + threads, ...; chunks past them are
+//      read from global memory in both passes (16-byte loads, four in flight per thread), and so are the last
+//      n % 4 entries and every entry of an unaligned row (one at a time: the op's rows are always aligned). Each
+//      thread keeps the largest of its entries.
 //   2. The k-th largest of the threads' maxima, B, bounds the answer: the k threads holding the largest maxima
 //      supply k distinct entries >= B, so nothing below B is in the top k (fewer than k threads with an entry that
 //      is not NaN: B = -inf). Each warp sorts its 32 maxima across its lanes; warp 0 takes the k largest heads of
@@ -58,15 +60,24 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   const int k = p.k, n = p.list_len;
   const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
   const bool aligned = (reinterpret_cast<unsigned long long>(row) & 15) == 0;
-  const int chunks = aligned ? (n < kSelectWindow ? n : kSelectWindow) / 4 : 0;  // 16-byte chunks in the window
-  const int rest = 4 * chunks;  // entries from here on are read from global memory (by thread (e - rest) % T)
+  const int all_chunks = aligned ? n / 4 : 0;  // 16-byte chunks of the row
+  const int chunks = all_chunks < kSelectWindow / 4 ? all_chunks : kSelectWindow / 4;  // those in the window
+  const int rest = 4 * all_chunks;  // entries from here on are read one at a time (by thread (e - rest) % T)
+  const float4* row4 = reinterpret_cast<const float4*>(row);
+  constexpr int G = 4;  // chunks past the window: loads in flight per thread
 
   // 1. copy the window, and each thread's maximum (fmaxf drops NaN)
   if (tid == 0) sts(count, 0);
   for (int c = tid; c < chunks; c += T) cp_async<16>(smem_u32(win + 4 * c), row + 4 * c, true);
   cp_async_commit();
   float m = -f32_inf();
-#pragma unroll 4
+  for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
+    float4 v[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{m, m, m, m};
+#pragma unroll
+    for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
+  }
   for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
   cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
   for (int c = tid; c < chunks; c += T) {
@@ -109,13 +120,11 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     const int bi = lds(bar_idx);
     // x at least as good as (bk, bi): not worse, and not NaN (better() is false for every NaN comparison)
     auto passes = [&](float x, int e) { return x == x && !better(bk, bi, x, e); };
-    for (int c = tid; c < chunks; c += T) {
-      const float4 v = lds4(win + 4 * c);
-      const int e = 4 * c;
+    auto offer4 = [&](const float4& v, int e) {  // chunk e / 4: one atomic for its passing entries
       const bool p0 = passes(v.x, e), p1 = passes(v.y, e + 1), p2 = passes(v.z, e + 2), p3 = passes(v.w, e + 3);
       const int cnt = static_cast<int>(p0) + p1 + p2 + p3;
-      if (cnt == 0) continue;
-      int slot = atomic_add_shared(count, cnt);  // one atomic for the chunk's passing entries
+      if (cnt == 0) return;
+      int slot = atomic_add_shared(count, cnt);
       if (p0 && slot < CAP) sts(qkey + slot, v.x), sts(qidx + slot, e);
       slot += p0;
       if (p1 && slot < CAP) sts(qkey + slot, v.y), sts(qidx + slot, e + 1);
@@ -123,6 +132,15 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       if (p2 && slot < CAP) sts(qkey + slot, v.z), sts(qidx + slot, e + 2);
       slot += p2;
       if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, e + 3);
+    };
+    for (int c = tid; c < chunks; c += T) offer4(lds4(win + 4 * c), 4 * c);
+    for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
+      float4 v[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+        if (c0 + g * T < all_chunks) offer4(v[g], 4 * (c0 + g * T));
     }
     for (int e = rest + tid; e < n; e += T) {
       const float x = row[e];
