@@ -13,7 +13,7 @@ protocol (L2 flush, CUDA events; CUDA-graph replay for all when one is under 20 
 
 and, for the 50K / 100 shape, each variant's two kernels alone (search, then merge or select: prepared launches).
 Every variant's indices are checked against the fused ones (the same keys and tie rule: identical). The crossover
-of the default (``tunelab.ops.similarity.DENSE_MAX_BYTES``) is read from these rows. Results:
+of the default (``tunelab.ops.similarity.DENSE_MAX_N``) is read from these rows. Results:
 benchmarks/results/similarity_dense.json (environment fingerprint inside); a short table last. About 2 minutes on
 an H200.
 

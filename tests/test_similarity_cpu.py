@@ -450,7 +450,7 @@ def test_dense_search_rule_space_and_limits():
     dense = lambda nq, n, k=10, dt="float16", arch="sm_90": sim.default_config(  # noqa: E731
         nq, k, dt, 768, arch=arch, n=n)["MERGE"] == sim.MERGE_DENSE
     assert dense(100, 65536) and dense(100, 65536, k=32) and dense(9, 65536)
-    assert sim.dense_bytes(100, 65536) <= sim.DENSE_MAX_BYTES < sim.dense_bytes(100, 131072)
+    assert sim.DENSE_MAX_N == 65536
     assert not dense(100, 131072)  # the 100K bucket's matrix: 52 MB
     assert not dense(100, 65536, k=33) and not dense(200, 16384) and not dense(8, 65536)
     assert not dense(100, 65536, dt="float32") and not dense(100, 65536, arch="sm_80")

@@ -143,9 +143,9 @@ def _round8(n: int) -> int:
     return max(8, (int(n) + 7) // 8 * 8)
 
 
-#: The largest dense key matrix (nq x N x 4 bytes, N the store bucket's: the next power of two) for which the default
-#: config is MERGE=5 (see :func:`default_config`).
-DENSE_MAX_BYTES = 32 << 20
+#: The largest corpus (the store bucket's N: the next power of two) for which the default config is MERGE=5 (see
+#: :func:`default_config`): the select kernel holds rows of up to 51 Ki keys in shared memory.
+DENSE_MAX_N = 65536
 
 
 def dense_bytes(nq: int, n: int) -> int:
@@ -194,10 +194,13 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       way (faster at 1M and 50K, slower at 10M), MMA=2's 256-row tiles 1-44% slower, CLUSTER=2 within 3%, so the
       defaults stay.
 
-    * Dense (MERGE=5) where the nq x N key matrix is at most :data:`DENSE_MAX_BYTES` (sm_90, fp16/bf16, nq > 8,
-      k <= :data:`SELECT_MAX_K`): the ping-pong main loop writes every key, which stays in L2, and the select kernel
-      takes each row's k best; at N = 50K a split has only ~3 tiles, and the fused top-k epilogue of its first
-      and last tile is on the critical path (benchmarks/similarity_dense.py, results/similarity_dense.json).
+    * Dense (MERGE=5) for corpora up to :data:`DENSE_MAX_N` rows (sm_90, fp16/bf16, 8 < nq <= 112,
+      k <= :data:`SELECT_MAX_K`; at most 29 MB of keys, which L2 holds): the ping-pong main loop writes every key
+      and the select kernel takes each row's k best. At N = 50K a split has only ~3 tiles, and the fused top-k
+      epilogue of its first and last tile is on the critical path. Measured on the H200
+      (benchmarks/similarity_dense.py, results/similarity_dense.json; fp16, k = 10, search + merge): 45.9 against
+      48.1 us at 50K / 100 and 40.1 against 50.8 at 50K / 32; from 100K up the fused search wins (69 against 82 us
+      at 100K / 100: the select kernel's block per query reads its row from global memory past 51 Ki keys).
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
       per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);
       else one list per query in shared memory, merged by a warp per tile (MERGE=2). Measured on the H200
@@ -223,7 +226,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     pingpong = wgmma and lists_hold_k  # MMA=3 keeps thread lists
     if nq <= 8:
         cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
-    elif nq <= 112 and wgmma and n is not None and k <= SELECT_MAX_K and dense_bytes(nq, n) <= DENSE_MAX_BYTES:
+    elif nq <= 112 and wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 112 and pingpong:
         cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)

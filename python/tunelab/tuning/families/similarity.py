@@ -77,7 +77,7 @@ from tunelab.tuning.space import Config, Constraint, Derived, Param, SearchSpace
 MAX_SMEM_ANY_ARCH = 232448
 #: MERGE=5 is in a problem's space when its dense key matrix (nq x N x 4 bytes) is at most this: past it the matrix
 #: leaves L2 many times over and the fused search is measured faster (the default switches at
-#: ``tunelab.ops.similarity.DENSE_MAX_BYTES``).
+#: ``tunelab.ops.similarity.DENSE_MAX_N``).
 DENSE_SPACE_MAX_BYTES = 256 << 20
 
 

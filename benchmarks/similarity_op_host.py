@@ -1,0 +1,68 @@
+"""Host time of one ``tunelab.ops.similarity_search`` call (Python, the custom op's dispatch, config resolution,
+argument packing, two launches) next to the GPU time of its kernels, and where the host time goes (cProfile).
+
+At N = 50K, nq = 100 the kernels take ~46 us; a call whose host path takes longer leaves the GPU idle between
+calls of a loop. Times ``CALLS`` back-to-back calls by wall clock (no synchronization inside the loop: the host is
+the bottleneck when the per-call time exceeds the GPU's), the same for torch.topk(Q @ C.T), then profiles the op.
+Results: benchmarks/results/similarity_op_host.json; the profile's top entries last.
+
+    python3 benchmarks/similarity_op_host.py
+"""
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import draw_search_inputs, write_result  # noqa: E402
+
+NQ, N, D, K = 100, 50_000, 768, 10
+CALLS = 300
+
+
+def per_call_us(fn, calls: int = CALLS) -> float:
+    import torch
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return host / calls * 1e6
+
+
+def main() -> int:
+    import torch
+
+    from tunelab.ops import similarity as sim
+
+    q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=3)
+    out = {"nq": NQ, "n": N, "d": D, "k": K, "calls": CALLS}
+    out["op_us_per_call"] = per_call_us(lambda: sim.similarity_search(q, c, K))
+    out["torch_us_per_call"] = per_call_us(lambda: torch.topk(q @ c.T, K, dim=-1))
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(CALLS):
+        sim.similarity_search(q, c, K)
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+    out["profile_tottime_top25"] = buf.getvalue()
+    path = write_result("similarity_op_host", out)
+    print(f"wrote {path}")
+    print(f"op: {out['op_us_per_call']:.1f} us of host time per call; torch.topk(Q @ C.T): "
+          f"{out['torch_us_per_call']:.1f} us")
+    print("\n".join(out["profile_tottime_top25"].splitlines()[:40]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
