@@ -3,7 +3,9 @@ argument packing, two launches) next to the GPU time of its kernels, and where t
 
 At N = 50K, nq = 100 the kernels take ~46 us; a call whose host path takes longer leaves the GPU idle between
 calls of a loop. Times ``CALLS`` back-to-back calls by wall clock (no synchronization inside the loop: the host is
-the bottleneck when the per-call time exceeds the GPU's), the same for torch.topk(Q @ C.T), then profiles the op.
+the bottleneck when the per-call time exceeds the GPU's), the same through ``torch.ops.tunelab`` (the custom op's
+dispatcher, which plain eager calls skip) and for torch.topk(Q @ C.T), the time per call of the same loops by CUDA
+events, then profiles the op.
 Results: benchmarks/results/similarity_op_host.json; the profile's top entries last.
 
     python3 benchmarks/similarity_op_host.py
@@ -38,6 +40,22 @@ def per_call_us(fn, calls: int = CALLS) -> float:
     return host / calls * 1e6
 
 
+def gpu_us(fn, calls: int = CALLS) -> float:
+    """GPU time per call in a back-to-back loop (events around the loop; the host queues ahead when it is faster)."""
+    import torch
+
+    for _ in range(20):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
 def main() -> int:
     import torch
 
@@ -45,8 +63,13 @@ def main() -> int:
 
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=3)
     out = {"nq": NQ, "n": N, "d": D, "k": K, "calls": CALLS}
+    out["device"] = torch.cuda.get_device_name()
     out["op_us_per_call"] = per_call_us(lambda: sim.similarity_search(q, c, K))
+    out["op_dispatcher_us_per_call"] = per_call_us(
+        lambda: torch.ops.tunelab.similarity_search(q, c, K, "ip", "", 0.85, 0, 0, 2))
     out["torch_us_per_call"] = per_call_us(lambda: torch.topk(q @ c.T, K, dim=-1))
+    out["op_gpu_us_per_call"] = gpu_us(lambda: sim.similarity_search(q, c, K))
+    out["torch_gpu_us_per_call"] = gpu_us(lambda: torch.topk(q @ c.T, K, dim=-1))
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(CALLS):
@@ -58,8 +81,10 @@ def main() -> int:
     out["profile_tottime_top25"] = buf.getvalue()
     path = write_result("similarity_op_host", out)
     print(f"wrote {path}")
-    print(f"op: {out['op_us_per_call']:.1f} us of host time per call; torch.topk(Q @ C.T): "
-          f"{out['torch_us_per_call']:.1f} us")
+    print(f"{out['device']}: op {out['op_us_per_call']:.1f} us of host time per call "
+          f"({out['op_dispatcher_us_per_call']:.1f} through torch.ops' dispatcher), "
+          f"{out['op_gpu_us_per_call']:.1f} us a call in a loop by events; torch.topk(Q @ C.T): "
+          f"{out['torch_us_per_call']:.1f} us host, {out['torch_gpu_us_per_call']:.1f} us by events")
     print("\n".join(out["profile_tottime_top25"].splitlines()[:40]))
     return 0
 

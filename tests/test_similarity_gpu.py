@@ -433,6 +433,30 @@ def test_custom_ops_opcheck_and_cuda_graph():
                           test_utils=("test_schema", "test_faketensor"))
 
 
+def test_eager_calls_skip_the_dispatcher_and_reuse_launches():
+    """A plain eager call runs the implementation directly and, repeated, reuses its prepared launches; a corpus at
+    other addresses gets its own (the launches' argument blobs are keyed on every pointer)."""
+    sim = _sim()
+    q, c = _inputs("float16", nq=8, n=2000, d=64)
+    c2 = torch.roll(c, 777, 0).contiguous()
+    want = torch.ops.tunelab.similarity_search(q, c, 5, "ip", "", 0.85, 0, 0, 2)  # through the dispatcher
+    sim.clear_caches()
+    for _ in range(20):
+        got = sim.similarity_search(q, c, 5)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert len(sim._SEARCH_SHAPES) == 1 and 1 <= len(sim._SEARCH_LAUNCHES) <= 4, len(sim._SEARCH_LAUNCHES)
+    other = sim.similarity_search(q, c2, 5)
+    assert torch.equal(other[0], want[0]) and torch.equal(other[1], (want[1] + 777) % 2000)
+    sim.clear_caches()
+    again = sim.similarity_search(q, c2, 5)
+    assert torch.equal(again[1], other[1])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        sim.similarity_search(q, c, 5)
+        sim.gram(torch.randn(64, 32, device="cuda"))
+    names = {e.name for e in prof.events()}
+    assert {"tunelab::similarity_search", "tunelab::gram"} <= names, sorted(names)[:20]
+
+
 # ------------------------------------------------------------------------------------------------ Gram
 def _gram_ref(x):
     xd = x.to(torch.complex128) if x.is_complex() else x.double()

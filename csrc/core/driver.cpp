@@ -335,6 +335,9 @@ PreparedLaunch::PreparedLaunch(std::shared_ptr<Function> fn, LaunchDims dims, Ar
     fn_->reserve_dynamic_smem(dims_.smem);
 }
 
-void PreparedLaunch::operator()(CUstream stream) { launch_dims(fn_->handle(), dims_, stream, ptrs_.data()); }
+void PreparedLaunch::operator()(CUstream stream) {
+    fn_->activate();  // an op may launch on a GPU other than the current one (a context read when it is current)
+    launch_dims(fn_->handle(), dims_, stream, ptrs_.data());
+}
 
 }  // namespace tunelab

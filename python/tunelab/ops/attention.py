@@ -41,6 +41,7 @@ from tunelab import _core
 from tunelab.ops import config as _config
 from tunelab.kernel import smem_limit
 from tunelab.ops import dispatch as _dispatch
+from tunelab.ops import eager as _eager
 from tunelab.ops.loading import DeviceFunctions
 from tunelab.errors import ConfigError, InputError
 
@@ -344,7 +345,12 @@ def attention(q, k, v, *, causal: bool | str = False, scale: float | None = None
         out = torch.empty_like(q)
         lse = q.new_empty((B, H, Sq) if return_lse else (0,), dtype=torch.float32)
         return (out, lse) if return_lse else out
-    out, lse = torch.ops.tunelab.attention(q4, k4, v4, is_causal, align, scale, cfg, bool(return_lse))
+    args = (q4, k4, v4, is_causal, align, scale, cfg, bool(return_lse))
+    if _eager.direct_call_ok(q4, k4, v4):  # plain eager call: skip the custom op's dispatch (ops/eager.py)
+        with _eager.profiled("tunelab::attention"):
+            out, lse = _run(*args)
+    else:
+        out, lse = torch.ops.tunelab.attention(*args)
     if layout == "bshd":
         out = out.transpose(1, 2)
     return (out, lse) if return_lse else out
