@@ -1,4 +1,5 @@
-"""User-facing kernels, registered as torch custom ops (``torch.ops.tunelab.*``).
+"""User-facing kernels, registered as torch custom ops (``torch.ops.tunelab.*``); a plain eager call on plain tensors
+runs the implementation without the custom op's dispatch (:mod:`tunelab.ops.eager`).
 
 ``tunelab.ops.attention(q, k, v, causal=..., scale=..., config=..., return_lse=...)``: see
 :mod:`tunelab.ops.attention`. ``tunelab.ops.similarity_search(queries, corpus, k, metric=...)`` and

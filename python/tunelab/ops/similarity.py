@@ -28,12 +28,17 @@ Search semantics:
 * 1 <= k <= min(N, 1024) (on GPUs with ~100 KiB of shared memory per block, sm_86/89, k up to ~380: the
   running lists of 8 queries need 128 * k bytes).
 
-The nq x N score matrix is never written: each block keeps a running top-k per query (by default in its threads'
-registers for k <= 16 and more than 8 queries, else in shared memory) and writes only k candidates per query; a small second kernel merges the
-candidates. Config: without ``config`` the op
+The fused search never writes the nq x N score matrix: each block keeps a running top-k per query (by default in its
+threads' registers for k <= 16 and more than 8 queries, else in shared memory) and writes only k candidates per
+query; a small second kernel merges the candidates. Where that matrix is small next to L2 (sm_90, N <= 65536, see
+:func:`default_config`) the default is the dense search instead (``MERGE=5``): every key goes to an nq x N float32
+matrix, which mostly stays in L2, and a select kernel takes each row's k best; pass a config with another ``MERGE``
+to keep the matrix out of memory there too. Config: without ``config`` the op
 uses the tuned config stored for this device and problem bucket (``tunelab tune similarity ...``), else
 :func:`default_config`. Both ops are torch custom ops (``torch.ops.tunelab.similarity_search``,
-``torch.ops.tunelab.gram``, ``torch.ops.tunelab.gram_out``) with fake implementations for ``torch.compile``.
+``torch.ops.tunelab.gram``, ``torch.ops.tunelab.gram_out``) with fake implementations for ``torch.compile``; a plain
+eager call skips the custom op's dispatch (:mod:`tunelab.ops.eager`), and a repeated search of one shape reuses its
+prepared launches (``_search_gpu``).
 """
 from __future__ import annotations
 
@@ -1016,7 +1021,7 @@ def similarity_search(queries, corpus, k: int, *, metric: str = "ip", config: Ma
     else:
         args = (q2, corpus, int(k), metric, cfg, float(memory_fraction), int(memory_budget or 0),
                 int(chunk_rows or 0), int(streams))
-        if _eager.direct_call_ok(q2, corpus):  # plain eager call: skip the dispatcher's ~40 us (ops/eager.py)
+        if _eager.direct_call_ok(q2, corpus):  # plain eager call: skip the dispatcher's ~20 us (ops/eager.py)
             with _eager.profiled("tunelab::similarity_search"):
                 s, i = _run_search(*args)
         else:
