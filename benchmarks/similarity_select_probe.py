@@ -8,6 +8,10 @@ only runs the loop, for Nsight Compute:
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
         -k regex:similarity_select --launch-skip 30 --launch-count 1 \
         python3 benchmarks/similarity_select_probe.py ncu   # results/ncu_similarity_select_h100.txt
+    # warp samples per SASS instruction, the key matrix left in L2 as in the op (results/ncu_similarity_select_full_h200.txt):
+    ncu --clock-control none --cache-control none --set full -k regex:similarity_select --launch-skip 30 \
+        --launch-count 1 -o sel python3 benchmarks/similarity_select_probe.py ncu
+    ncu --import sel.ncu-rep --page details; ncu --import sel.ncu-rep --page source --print-source sass --csv
 """
 import sys, os, json
 import torch

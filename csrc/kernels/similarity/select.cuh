@@ -14,7 +14,10 @@
 //      is not NaN: B = -inf). Each warp sorts its 32 maxima across its lanes; warp 0 takes the k largest heads of
 //      the warps' sorted lists.
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
-//      (the family's order: larger key, or equal with a smaller index) is its place in the answer. When more than
+//      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the threads
+//      whose maximum reaches B look at their entries again: at 50K/100 on the H200 every thread's second pass took
+//      28% of ncu's warp samples (results/ncu_similarity_select_full_h200.txt; 14% more were the other warps
+//      waiting for warp 0's k rounds of step 2, 11% the wait for the window's copy). When more than
 //      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
 //      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
 //
@@ -86,8 +89,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   }
 
   // 2. the bound: the k-th largest of the T maxima
-  m = warp_sort_desc(m, lane);
-  sts(wmax + warp * 32 + lane, m);
+  sts(wmax + warp * 32 + lane, warp_sort_desc(m, lane));  // m stays this thread's own maximum (step 3 reads it)
   __syncthreads();
   if (warp == 0) {
     int at = 0;  // this lane's next entry of warp `lane`'s sorted maxima
@@ -133,8 +135,11 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       slot += p2;
       if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, e + 3);
     };
-    for (int c = tid; c < chunks; c += T) offer4(lds4(win + 4 * c), 4 * c);
-    for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
+    // a thread whose largest entry is below the bar has none that reaches it: only the threads whose maximum does
+    // (k of them for real data) scan their entries again (a thread with only NaN entries has maximum -inf)
+    const bool mine = m >= bk;
+    for (int c = mine ? tid : chunks; c < chunks; c += T) offer4(lds4(win + 4 * c), 4 * c);
+    for (int c0 = mine ? chunks + tid : all_chunks; c0 < all_chunks; c0 += G * T) {
       float4 v[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{0.f, 0.f, 0.f, 0.f};
@@ -142,7 +147,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       for (int g = 0; g < G; ++g)
         if (c0 + g * T < all_chunks) offer4(v[g], 4 * (c0 + g * T));
     }
-    for (int e = rest + tid; e < n; e += T) {
+    for (int e = mine ? rest + tid : n; e < n; e += T) {
       const float x = row[e];
       if (passes(x, e)) {
         const int slot = atomic_add_shared(count, 1);
