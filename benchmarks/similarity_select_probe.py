@@ -1,50 +1,75 @@
 """Where the dense search's time goes at N = 50K, nq = 100 (fp16, k = 10): the op's kernels in a loop of calls, timed
 by CUPTI through torch.profiler (median durations of the search and the select kernel and the gaps between them;
-the profiler's own launch overhead widens the host-side gap, so only the first gap reads true), and a mode that
-only runs the loop, for Nsight Compute:
+the profiler's own launch overhead widens the host-side gap, so only the search-to-select gap reads true), and a
+mode that only runs the loop, for Nsight Compute:
 
-    python3 benchmarks/similarity_select_probe.py            # -> $OUT/select_timeline.json
-    ncu --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \
-        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
-        -k regex:similarity_select --launch-skip 30 --launch-count 1 \
+    python3 benchmarks/similarity_select_probe.py            # -> results/similarity_select_timeline.json
+    ncu --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \\
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \\
+        -k regex:similarity_select --launch-skip 30 --launch-count 1 \\
         python3 benchmarks/similarity_select_probe.py ncu   # results/ncu_similarity_select_h100.txt
     # warp samples per SASS instruction, the key matrix left in L2 as in the op (results/ncu_similarity_select_full_h200.txt):
-    ncu --clock-control none --cache-control none --set full -k regex:similarity_select --launch-skip 30 \
+    ncu --clock-control none --cache-control none --set full -k regex:similarity_select --launch-skip 30 \\
         --launch-count 1 -o sel python3 benchmarks/similarity_select_probe.py ncu
     ncu --import sel.ncu-rep --page details; ncu --import sel.ncu-rep --page source --print-source sass --csv
+
+``results/similarity_select_timeline_h100.json`` came from this script's first form (the same measurement, written
+without the environment fingerprint; its device and commit were added from the same call's log).
 """
-import sys, os, json
-import torch
-sys.path.insert(0, "benchmarks")
-from _common import draw_search_inputs
-from tunelab.ops import similarity as sim
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import draw_search_inputs, write_result  # noqa: E402
+
 NQ, N, D, K = 100, 50_000, 768, 10
-q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=3)
-mode = sys.argv[1] if len(sys.argv) > 1 else "timeline"
-for _ in range(30):
-    sim.similarity_search(q, c, K)
-torch.cuda.synchronize()
-if mode == "ncu":
-    for _ in range(4):
+WARM, PROFILED, SKIP = 30, 50, 5  # calls before, calls profiled, profiled calls left out of the medians
+
+
+def kernel_spans(prof, torch) -> tuple[list, list]:
+    """(start, end) in us of each search and each select launch the profiler saw, in launch order."""
+    spans = {"topk": [], "select": []}
+    for e in sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                    key=lambda e: e.time_range.start):
+        for kind, out in spans.items():
+            if f"similarity_{kind}" in e.name:
+                out.append((e.time_range.start, e.time_range.end))
+    return spans["topk"], spans["select"]
+
+
+def main() -> int:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from tunelab.ops import similarity as sim
+
+    q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=3)
+    for _ in range(WARM):
         sim.similarity_search(q, c, K)
     torch.cuda.synchronize()
-    raise SystemExit(0)
-from torch.profiler import profile, ProfilerActivity
-with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    for _ in range(50):
-        sim.similarity_search(q, c, K)
-    torch.cuda.synchronize()
-evs = sorted([e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "similarity" in e.name],
-             key=lambda e: e.time_range.start)
-rows = [(e.name[:40], e.time_range.start, e.time_range.end) for e in evs]
-search = [r for r in rows if "topk" in r[0]]
-sel = [r for r in rows if "select" in r[0]]
-import statistics as st
-ds = [r[2] - r[1] for r in search[5:]]
-dl = [r[2] - r[1] for r in sel[5:]]
-gap1 = [s[1] - a[2] for a, s in zip(search[5:], sel[5:])]
-gap2 = [a[1] - s[2] for s, a in zip(sel[5:-1], search[6:])]
-out = {"search_us": st.median(ds), "select_us": st.median(dl), "gap_search_to_select_us": st.median(gap1),
-       "gap_select_to_next_search_us": st.median(gap2), "names": sorted({r[0] for r in rows})}
-print(json.dumps(out, indent=1))
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "select_timeline.json"), "w"), indent=1)
+    if sys.argv[1:] == ["ncu"]:  # a few more calls for the profiler to pick from (--launch-skip WARM)
+        for _ in range(4):
+            sim.similarity_search(q, c, K)
+        torch.cuda.synchronize()
+        return 0
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(PROFILED):
+            sim.similarity_search(q, c, K)
+        torch.cuda.synchronize()
+    search, select = (s[SKIP:] for s in kernel_spans(prof, torch))
+    out = {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "float16", "calls": len(search),
+           "search_us": statistics.median(b - a for a, b in search),
+           "select_us": statistics.median(b - a for a, b in select),
+           "gap_search_to_select_us": statistics.median(s[0] - a[1] for a, s in zip(search, select)),
+           "gap_select_to_next_search_us": statistics.median(a[0] - s[1] for s, a in zip(select, search[1:]))}
+    path = write_result("similarity_select_timeline", out)
+    print(f"wrote {path}")
+    print("  ".join(f"{key} {value:.2f}" for key, value in out.items() if key.endswith("_us")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,6 +10,36 @@ torch = pytest.importorskip("torch")
 from tunelab.ops import eager  # noqa: E402
 
 
+_SEEN: list = []
+
+
+@torch.library.custom_op("tunelab::eager_probe", mutates_args=(), schema="(Tensor x, int n) -> Tensor")
+def _probe_op(x, n):
+    _SEEN.append("dispatched")
+    return x + n
+
+
+@_probe_op.register_fake
+def _probe_fake(x, n):
+    return torch.empty_like(x)
+
+
+def _probe_impl(x, n):
+    _SEEN.append("direct")
+    return x + n
+
+
+def test_call_goes_direct_for_plain_eager_calls_and_through_the_op_otherwise():
+    _SEEN.clear()
+    x = torch.zeros(3)
+    assert torch.equal(eager.call("eager_probe", _probe_impl, x, 2), torch.full((3,), 2.0))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        eager.call("eager_probe", _probe_impl, x, 1)
+    assert any(e.name == "tunelab::eager_probe" for e in prof.events())
+    assert torch.equal(eager.call("eager_probe", _probe_impl, torch.zeros(3, requires_grad=True), 1), torch.ones(3))
+    assert _SEEN == ["direct", "direct", "dispatched"]
+
+
 def test_plain_tensors_go_direct():
     assert eager.direct_call_ok(torch.zeros(3, 4), torch.ones(5, 4))
 
@@ -74,3 +104,8 @@ def test_torch_compile_keeps_the_dispatcher_without_a_graph_break():
     torch._dynamo.reset()
     out = torch.compile(fn, backend="eager", fullgraph=True)(torch.zeros(3))
     assert torch.equal(out, torch.full((3,), -1.0)) and seen == [False]
+    # and call() traces to the custom op itself, whole (fullgraph: a graph break raises)
+    torch._dynamo.reset()
+    out = torch.compile(lambda x: eager.call("eager_probe", _probe_impl, x, 3), backend="eager", fullgraph=True)(
+        torch.zeros(3))
+    assert torch.equal(out, torch.full((3,), 3.0))

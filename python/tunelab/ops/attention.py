@@ -42,7 +42,7 @@ from tunelab.ops import config as _config
 from tunelab.kernel import smem_limit
 from tunelab.ops import dispatch as _dispatch
 from tunelab.ops import eager as _eager
-from tunelab.ops.loading import DeviceFunctions
+from tunelab.ops.loading import DeviceFunctions, current_stream
 from tunelab.errors import ConfigError, InputError
 
 #: Head dims the kernel supports (32 and 96 and 256 included: every tunable combination that fits is valid).
@@ -174,7 +174,7 @@ class CompiledAttention:
         grid, block, smem, pack = self.launch_args(q, k, v, out, lse, causal_offset, scale)
         dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
         if stream is None:
-            stream = int(torch.cuda.current_stream(q.device).cuda_stream)
+            stream = current_stream(q.device)
         self.function(dev).launch(grid, block, smem, stream, pack)
 
     def prepare(self, q, k, v, out, lse, causal_offset: int, scale: float):
@@ -345,12 +345,7 @@ def attention(q, k, v, *, causal: bool | str = False, scale: float | None = None
         out = torch.empty_like(q)
         lse = q.new_empty((B, H, Sq) if return_lse else (0,), dtype=torch.float32)
         return (out, lse) if return_lse else out
-    args = (q4, k4, v4, is_causal, align, scale, cfg, bool(return_lse))
-    if _eager.direct_call_ok(q4, k4, v4):  # plain eager call: skip the custom op's dispatch (ops/eager.py)
-        with _eager.profiled("tunelab::attention"):
-            out, lse = _run(*args)
-    else:
-        out, lse = torch.ops.tunelab.attention(*args)
+    out, lse = _eager.call("attention", _run, q4, k4, v4, is_causal, align, scale, cfg, bool(return_lse))
     if layout == "bshd":
         out = out.transpose(1, 2)
     return (out, lse) if return_lse else out

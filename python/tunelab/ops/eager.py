@@ -5,11 +5,23 @@
 50K/100 on an H100: 59.1 us of host time through ``torch.ops.tunelab`` against 39.9 called directly,
 ``benchmarks/results/similarity_op_host_h100.json``), half the kernels' time of a 50K-row search. An eager call on
 plain CUDA tensors with nothing intercepting torch gains nothing from the dispatcher, so the ops call their
-implementation directly then and keep the custom op for everything else.
+implementation directly then and keep the custom op for everything else: :func:`call`.
 """
 from __future__ import annotations
 
 import contextlib
+
+
+def call(name: str, impl, *args):
+    """Run the custom op ``torch.ops.tunelab.<name>`` on ``args``: by calling ``impl``, the implementation the op is
+    registered with, when :func:`direct_call_ok` holds for the tensors among ``args`` (named ``tunelab::<name>`` in
+    the torch profiler while it records), else through torch's dispatcher."""
+    import torch
+
+    if direct_call_ok(*[a for a in args if isinstance(a, torch.Tensor)]):
+        with profiled(f"tunelab::{name}"):
+            return impl(*args)
+    return getattr(torch.ops.tunelab, name)(*args)
 
 
 def direct_call_ok(*tensors) -> bool:

@@ -1,4 +1,5 @@
-"""Compiled kernels loaded once per CUDA device: the one loader every op's compiled config uses."""
+"""Compiled kernels loaded once per CUDA device: the one loader every op's compiled config uses, and the stream an
+op launches them on (:func:`current_stream`)."""
 from __future__ import annotations
 
 import threading
@@ -33,3 +34,15 @@ class DeviceFunctions:
                         fns = tuple(module.function(n) for n in self._names)
                     self._loaded[device] = fns
         return fns
+
+
+def current_stream(device) -> int:
+    """The handle of torch's current stream on ``device`` (a ``torch.device`` with an index), for a launch. torch's
+    private accessor takes ~0.3 us, ``torch.cuda.current_stream(device).cuda_stream`` ~3 us: this is on every op
+    call's path."""
+    import torch
+
+    try:
+        return int(torch._C._cuda_getCurrentRawStream(device.index))
+    except AttributeError:  # a torch without the accessor
+        return int(torch.cuda.current_stream(device).cuda_stream)

@@ -53,7 +53,7 @@ from tunelab import dtypes as _dtypes
 from tunelab.ops import config as _config
 from tunelab.ops import dispatch as _dispatch
 from tunelab.ops import eager as _eager
-from tunelab.ops.loading import DeviceFunctions
+from tunelab.ops.loading import DeviceFunctions, current_stream
 from tunelab.errors import ConfigError, InputError
 from tunelab.kernel import smem_limit
 
@@ -584,9 +584,9 @@ class CompiledSearch:
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict,
                 merge_kind: int | None = None):
-        """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer (``cand_key``,
-        ``cand_idx``: :meth:`candidate_buffers`; ``merge_kind``: as :meth:`merge_args`'s ``kind``, not for
-        ``MERGE=5``)."""
+        """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer and the op's cached
+        launches (``cand_key``, ``cand_idx``: :meth:`candidate_buffers`; ``merge_kind``: as :meth:`merge_args`'s
+        ``kind``, not for ``MERGE=5``)."""
         n = corpus.shape[0]
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan)
@@ -692,12 +692,10 @@ class CompiledGram:
 
     def launch(self, x, out, stream: int | None = None, y=None) -> None:
         """Launch on ``stream`` (default: torch's current stream of x's device); arguments as :meth:`launch_args`."""
-        import torch
-
         grid, block, smem, pack = self.launch_args(x, out, y)
         dev = _device_index(x)
         if stream is None:
-            stream = int(torch.cuda.current_stream(x.device).cuda_stream)
+            stream = current_stream(x.device)
         self.function(dev).launch(grid, block, smem, stream, pack)
 
     def prepare(self, x, out, y=None):
@@ -896,16 +894,6 @@ def _remember(cache: dict, key: tuple, value):
     return value
 
 
-def _raw_stream(device) -> int:
-    """The handle of torch's current stream on ``device`` (the private accessor costs ~0.3 us, the public ~3 us)."""
-    import torch
-
-    try:
-        return int(torch._C._cuda_getCurrentRawStream(device.index))
-    except AttributeError:
-        return int(torch.cuda.current_stream(device).cuda_stream)
-
-
 def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool, splits: int | None = None):
     import torch
 
@@ -934,7 +922,7 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
     if launches is None:
         launches = _remember(_SEARCH_LAUNCHES, launch_key,
                              compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan))
-    stream = _raw_stream(queries.device)
+    stream = current_stream(queries.device)
     for launch in launches:  # the search, then the merge of its candidates
         launch(stream)
     return scores, indices
@@ -1019,13 +1007,8 @@ def similarity_search(queries, corpus, k: int, *, metric: str = "ip", config: Ma
         s = torch.empty((0, k), dtype=torch.float32, device=q2.device)
         i = torch.empty((0, k), dtype=torch.int64, device=q2.device)
     else:
-        args = (q2, corpus, int(k), metric, cfg, float(memory_fraction), int(memory_budget or 0),
-                int(chunk_rows or 0), int(streams))
-        if _eager.direct_call_ok(q2, corpus):  # plain eager call: skip the dispatcher's ~20 us (ops/eager.py)
-            with _eager.profiled("tunelab::similarity_search"):
-                s, i = _run_search(*args)
-        else:
-            s, i = torch.ops.tunelab.similarity_search(*args)
+        s, i = _eager.call("similarity_search", _run_search, q2, corpus, int(k), metric, cfg, float(memory_fraction),
+                           int(memory_budget or 0), int(chunk_rows or 0), int(streams))
     if squeeze:
         s, i = s[0], i[0]
     return s, i
@@ -1126,20 +1109,12 @@ def gram(states, symmetric: bool = True, *, mirror: bool = False, config: Mappin
         if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 or out.device != states.device or \
                 tuple(out.shape) != (n, n) or (n > 1 and out.stride(1) != 1):
             raise InputError(f"out must be a ({n}, {n}) float32 tensor on {states.device} with contiguous rows")
-        if n == 0:
-            return out
-        if _eager.direct_call_ok(states, out):  # plain eager call: no dispatcher (ops/eager.py)
-            with _eager.profiled("tunelab::gram_out"):
-                _gram_into(states, out, bool(symmetric), bool(mirror), cfg)
-        else:
-            torch.ops.tunelab.gram_out(states, out, bool(symmetric), bool(mirror), cfg)
+        if n:
+            _eager.call("gram_out", _gram_into, states, out, bool(symmetric), bool(mirror), cfg)
         return out
     if n == 0:
         return torch.empty((0, 0), dtype=torch.float32, device=states.device)
-    if _eager.direct_call_ok(states):
-        with _eager.profiled("tunelab::gram"):
-            return _gram_new(states, bool(symmetric), bool(mirror), cfg)
-    return torch.ops.tunelab.gram(states, bool(symmetric), bool(mirror), cfg)
+    return _eager.call("gram", _gram_new, states, bool(symmetric), bool(mirror), cfg)
 
 
 # ------------------------------------------------------------------------------------------------ ablation
@@ -1173,7 +1148,7 @@ def search_unfused(queries, corpus, k: int, *, gemm_config: Mapping[str, Any] | 
         ws.update(key=key, mat=mat, scores=torch.empty((nq, k), dtype=torch.float32, device=queries.device),
                   indices=torch.empty((nq, k), dtype=torch.int64, device=queries.device))
     mat, scores, indices = ws["mat"], ws["scores"], ws["indices"]
-    stream = int(torch.cuda.current_stream(queries.device).cuda_stream)
+    stream = current_stream(queries.device)
     gemm.launch(queries, mat, stream, y=corpus)
     merge.launch_merge(dev, stream, mat, None, queries, k, lists, out_score=scores, out_index=indices,
                        dense=(list_len, list_len, mat.stride(0)))
