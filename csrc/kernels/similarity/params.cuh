@@ -22,7 +22,8 @@ enum : int { kIP = 0, kCosine = 1, kL2 = 2 };
 // (k entries, best first; missing entries key = -inf, idx = -1) to list (list_offset + s) of cand_key/cand_idx,
 // laid out [list][nq][k]. MERGE=5 (dense) keeps no top-k: it writes every key of the split's tiles to the dense
 // key matrix cand_key, [nq][dense_ld] (the key of query q and corpus row r at q * dense_ld + r; entries past n are
-// not written), and the select kernel (merge kind kMergeSelect) picks each row's k best.
+// not written; the row's group maxima follow its keys: dense_groups_at()), and the select kernel (merge kind
+// kMergeSelect) picks each row's k best.
 // MMA 2 and 3 (TMA producer) read the queries and the corpus through tensor maps the launcher encodes (zeros
 // elsewhere): 2-D, 16-bit elements, boxes of 64 columns x BLOCK_N corpus rows / topk_query_rows() / CLUSTER query
 // rows, 128-byte swizzle (CUtensorMap's bytes).
@@ -43,7 +44,8 @@ struct alignas(64) SearchParams {
   int num_tiles;         // ceil(n / BLOCK_N)
   int tiles_per_split;
   int list_offset;
-  int dense_ld;          // MERGE=5: floats between rows of the dense key matrix (a multiple of 4); else 0
+  int dense_ld;          // MERGE=5: floats between rows of the dense key matrix (a multiple of 4, at least
+                         // dense_row_floats(n)); else 0
 };
 
 // Final (or running) merge of num_lists candidate lists per query into the k best, sorted (larger key first,
@@ -105,6 +107,17 @@ TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3
 TUNELAB_SIM_HD constexpr bool topk_thread_lists(int merge) { return merge == 3 || merge == 4; }
 constexpr int kMergeDense = 5;
 TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDense; }
+// MERGE=5 also writes the largest key of every kDenseGroup consecutive rows (one warp's m16 row block of a tile) to
+// the same row of the key matrix: row q holds the n keys at columns [0, n) and from column dense_groups_at(n) the
+// dense_groups(n) group maxima (group j: rows [16 j, 16 j + 16), those past n left out). The select kernel bounds
+// the row's k-th best with them and reads only the groups that reach the bound. dense_row_floats(n): the least row
+// stride (floats, a multiple of 4: every row and both of its parts 16-byte aligned).
+constexpr int kDenseGroup = 16;
+TUNELAB_SIM_HD constexpr long long dense_groups(long long n) { return (n + kDenseGroup - 1) / kDenseGroup; }
+TUNELAB_SIM_HD constexpr long long dense_groups_at(long long n) { return (n + 3) / 4 * 4; }
+TUNELAB_SIM_HD constexpr long long dense_row_floats(long long n) {
+  return dense_groups_at(n) + (dense_groups(n) + 3) / 4 * 4;
+}
 // Threads per query column with thread lists: threads / BLOCK_Q rounded down to a power of two, at most 4.
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;
@@ -165,8 +178,9 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
 //   kMergeShared8/4 (2/3) anything else: shared lists merged by warps (similarity_merge<_, _, 8 or 4>: above k = 256
 //                         eight warps' list buffers, 16 k bytes each, would pass 32 KiB).
 //   kMergeSelect (5)      one row of a dense key matrix per query (the search with MERGE=5: one list of N entries,
-//                         implicit indices) with k <= 32: a block of kSelectThreads threads bounds the row by its
-//                         threads' maxima and ranks the few entries that reach the bound (similarity_select,
+//                         implicit indices, its group maxima after its keys) with k <= 32: a block of kSelectThreads
+//                         threads bounds the row by its group maxima, reads the few groups that reach the bound
+//                         and ranks their entries that do (similarity_select,
 //                         select.cuh). merge_kind() never picks it: the dense search's caller asks for it.
 enum : int {
   kMergeLists16 = 0,
@@ -177,16 +191,12 @@ enum : int {
   kMergeSelect = 5
 };
 constexpr int kMergeKinds = kMergeSelect + 1;  // kinds 0 .. kMergeKinds - 1 (kMergeSelect is the last)
-// The select kernel: threads per block, the row entries it holds in shared memory (204 KiB: N = 50K fits; the
-// rest of a longer row is read from global memory twice), its queue and the largest k it takes.
-constexpr int kSelectThreads = 1024;
-#ifdef TUNELAB_SIM_SELECT_WINDOW  // the CPU emulator's builds: a small window, so that its rows also pass it
-constexpr int kSelectWindow = TUNELAB_SIM_SELECT_WINDOW;
-#else
-constexpr int kSelectWindow = 51 * 1024;
-#endif
+// The select kernel: threads per block, its queue and the largest k it takes (kSelectThreads / 32 * k <= kSelectThreads:
+// each thread ranks at most one candidate of the bound).
+constexpr int kSelectThreads = 512;
 constexpr int kSelectCap = 1024;
 constexpr int kSelectMaxK = 32;
+static_assert(kSelectThreads / 32 * kSelectMaxK <= kSelectThreads, "one bound candidate per thread");
 constexpr int kMergeListWarps = 8;
 constexpr long long kMergeListsMinCandidates = 16384;
 constexpr int kMergeSortedMaxK = 32;
@@ -220,9 +230,9 @@ constexpr int kSortedMergeKept = 64;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
 // (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; select: the window of the row, the
-// queue (8 bytes an entry) and each warp's 32 maxima; all: 16 bytes for the queue count, the bar and |q|^2.
+// queue (8 bytes an entry) and each warp's 32 sorted maxima; all: 16 bytes for the queue count, the bar and |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
-  return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + kSelectThreads * 4LL + 16
+  return kind == kMergeSelect ? kSelectCap * 8LL + kSelectThreads * 4LL + 16
          : kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16

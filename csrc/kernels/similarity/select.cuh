@@ -1,27 +1,27 @@
 // The top-k of each row of a dense key matrix (merge kind kMergeSelect): one block of kSelectThreads threads per
-// query. The search with MERGE=5 writes every key of the nq x N matrix (no running top-k); where that matrix is
-// small next to L2 (at N = 50K, nq = 100: 20 MB of a 60 MB L2) this pair beats the fused search, whose few tiles per
+// query. The search with MERGE=5 writes every key of the nq x N matrix (no running top-k) and, after each row's keys,
+// the largest key of every group of kDenseGroup = 16 rows (params.cuh: dense_groups_at()); where that matrix is
+// small next to L2 (at N = 50K, nq = 100: 21 MB of a 60 MB L2) this pair beats the fused search, whose few tiles per
 // split leave its top-k epilogue on the critical path. Entry `rank` of row q is at q * query_stride + rank, its
 // index is rank (MergeParams: one list of list_len = N entries, implicit indices).
 //
-//   1. The row's first kSelectWindow entries are copied to shared memory (16-byte cp.async, where the row is
-//      16-byte aligned), each thread owning the 4-entry chunks c = tid, tid + threads, ...; chunks past them are
-//      read from global memory in both passes (16-byte loads, four in flight per thread), and so are the last
-//      n % 4 entries and every entry of an unaligned row (one at a time: the op's rows are always aligned). Each
-//      thread keeps the largest of its entries.
+//   1. Each thread reads its 16-byte chunks c = tid, tid + threads, ... of the row's group maxima (N / 16 floats,
+//      not the N keys) and keeps the largest.
 //   2. The k-th largest of the threads' maxima, B, bounds the answer: the k threads holding the largest maxima
-//      supply k distinct entries >= B, so nothing below B is in the top k (fewer than k threads with an entry that
-//      is not NaN: B = -inf). Each warp sorts its 32 maxima across its lanes; warp 0 takes the k largest heads of
-//      the warps' sorted lists.
+//      supply k distinct entries >= B (a group maximum is an entry of its group), so nothing below B is in the top
+//      k (fewer than k threads with an entry that is not NaN: B = -inf). Each warp sorts its 32 maxima across its
+//      lanes; the k-th largest is among the warps' k largest, and the thread holding each of those counts the ones
+//      ranked above it (all of them at once: the earlier kernel's warp 0 took k rounds, 14% of its ncu samples).
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
 //      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the threads
-//      whose maximum reaches B look at their entries again: at 50K/100 on the H200 every thread's second pass took
-//      28% of ncu's warp samples (results/ncu_similarity_select_full_h200.txt; 14% more were the other warps
-//      waiting for warp 0's k rounds of step 2, 11% the wait for the window's copy). When more than
-//      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
-//      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
+//      whose maximum reaches B look at their groups again, and read the keys of the groups whose maximum does
+//      (about k groups of 16 for real data: the earlier kernel read all N keys of the row, 11 us of the 46 at
+//      50K/100 on the H200). When more than kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus
+//      rows), the k-th best of the queued ones is a higher bar (k queued entries are at least as good), and the
+//      pass runs again with it.
 //
-// NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
+// NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1). The row
+// and its group maxima must be 16-byte aligned (query_stride a multiple of 4, at least dense_row_floats(N)).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
 #pragma once
 
@@ -47,10 +47,9 @@ __device__ __forceinline__ float warp_sort_desc(float x, int lane) {
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid_constant__ MergeParams p) {
   constexpr int T = kSelectThreads, WARPS = T / 32, CAP = kSelectCap;
-  static_assert(WARPS <= 32, "warp 0 takes one warp's maxima per lane");
-  extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
-  float* win = reinterpret_cast<float*>(tunelab_similarity_smem);  // [kSelectWindow] the row's first entries
-  float* qkey = win + kSelectWindow;                                // [CAP] the queue
+  static_assert(WARPS <= 32 && T % 32 == 0, "warps of 32 sorted maxima");
+  extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
+  float* qkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [CAP] the queue
   int* qidx = reinterpret_cast<int*>(qkey + CAP);
   float* wmax = reinterpret_cast<float*>(qidx + CAP);               // [WARPS][32] each warp's sorted maxima
   int* count = reinterpret_cast<int*>(wmax + WARPS * 32);           // queue length
@@ -62,57 +61,56 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k, n = p.list_len;
   const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
-  const bool aligned = (reinterpret_cast<unsigned long long>(row) & 15) == 0;
-  const int all_chunks = aligned ? n / 4 : 0;  // 16-byte chunks of the row
-  const int chunks = all_chunks < kSelectWindow / 4 ? all_chunks : kSelectWindow / 4;  // those in the window
-  const int rest = 4 * all_chunks;  // entries from here on are read one at a time (by thread (e - rest) % T)
   const float4* row4 = reinterpret_cast<const float4*>(row);
-  constexpr int G = 4;  // chunks past the window: loads in flight per thread
+  const int groups = static_cast<int>(dense_groups(n));
+  const int gchunks = (groups + 3) / 4;  // 16-byte chunks of the group maxima (the last one's tail is not written)
+  const float4* gmax4 = reinterpret_cast<const float4*>(row + dense_groups_at(n));
+  const float ninf = -f32_inf();
+  // chunk c of the group maxima, its entries past the last group -inf
+  auto group_chunk = [&](int c) {
+    float4 v = gmax4[c];
+    const int g0 = 4 * c;
+    if (g0 + 3 >= groups) {
+      if (g0 + 1 >= groups) v.y = ninf;
+      if (g0 + 2 >= groups) v.z = ninf;
+      if (g0 + 3 >= groups) v.w = ninf;
+    }
+    return v;
+  };
+  constexpr int G = 4;  // chunks in flight per thread
 
-  // 1. copy the window, and each thread's maximum (fmaxf drops NaN)
+  // 1. each thread's largest group maximum (fmaxf drops NaN)
   if (tid == 0) sts(count, 0);
-  for (int c = tid; c < chunks; c += T) cp_async<16>(smem_u32(win + 4 * c), row + 4 * c, true);
-  cp_async_commit();
-  float m = -f32_inf();
-  for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
+  float m = ninf;
+  for (int c0 = tid; c0 < gchunks; c0 += G * T) {
     float4 v[G];
 #pragma unroll
-    for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{m, m, m, m};
+    for (int j = 0; j < G; ++j) v[j] = c0 + j * T < gchunks ? group_chunk(c0 + j * T) : float4{ninf, ninf, ninf, ninf};
 #pragma unroll
-    for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
-  }
-  for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
-  cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
-  for (int c = tid; c < chunks; c += T) {
-    const float4 v = lds4(win + 4 * c);
-    m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+    for (int j = 0; j < G; ++j) m = fmaxf(m, fmaxf(fmaxf(v[j].x, v[j].y), fmaxf(v[j].z, v[j].w)));
   }
 
-  // 2. the bound: the k-th largest of the T maxima
+  // 2. the bound: the k-th largest of the T maxima. Candidate j = (warp j / k, place j % k of its sorted maxima);
+  // its rank counts the candidates that are larger, or equal with a smaller j (distinct ranks: one thread writes).
   sts(wmax + warp * 32 + lane, warp_sort_desc(m, lane));  // m stays this thread's own maximum (step 3 reads it)
+  stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
-  if (warp == 0) {
-    int at = 0;  // this lane's next entry of warp `lane`'s sorted maxima
-    float head = lane < WARPS ? lds(wmax + lane * 32) : -f32_inf();
-    float b = -f32_inf();
-    for (int r = 0; r < k; ++r) {
-      float mx = head;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, shfl_xor_f(mx, o));
-      const unsigned holders = ballot(head == mx);  // never empty: mx is one lane's head (none is NaN)
-      const int w = popc((holders & (0u - holders)) - 1u);  // the lowest lane holding it takes its next entry
-      b = mx;
-      if (lane == w) {
-        ++at;
-        head = at < 32 && lane < WARPS ? lds(wmax + lane * 32 + at) : -f32_inf();
+  if (tid < WARPS * k) {
+    const int cw = tid / k;
+    const float x = lds(wmax + cw * 32 + tid % k);
+    int r = 0;
+    for (int w = 0; w < WARPS; ++w) {
+      for (int i = 0; i < k; ++i) {  // warp w's list is sorted: past its first entry below x none counts
+        const float y = lds(wmax + w * 32 + i);
+        if (y < x) break;
+        r += y > x || w * k + i < tid;
       }
     }
-    if (lane == 0) {
-      sts(bar_key, b);
-      sts(bar_idx, 0x7fffffff);  // (b, INT_MAX): every entry whose key is >= b is at least as good
+    if (r == k - 1) {
+      sts(bar_key, x);
+      sts(bar_idx, 0x7fffffff);  // (x, INT_MAX): every entry whose key is >= x is at least as good
     }
   }
-  stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
 
   // 3. queue every entry at least as good as the bar; if too many did, raise the bar and queue again
@@ -120,9 +118,9 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   for (;;) {
     const float bk = lds(bar_key);
     const int bi = lds(bar_idx);
-    // x at least as good as (bk, bi): not worse, and not NaN (better() is false for every NaN comparison)
-    auto passes = [&](float x, int e) { return x == x && !better(bk, bi, x, e); };
-    auto offer4 = [&](const float4& v, int e) {  // chunk e / 4: one atomic for its passing entries
+    // x at least as good as (bk, bi): in the row, not worse, and not NaN (better() is false for every NaN comparison)
+    auto passes = [&](float x, int e) { return e < n && x == x && !better(bk, bi, x, e); };
+    auto offer4 = [&](const float4& v, int e) {  // chunk e / 4 of the keys: one atomic for its passing entries
       const bool p0 = passes(v.x, e), p1 = passes(v.y, e + 1), p2 = passes(v.z, e + 2), p3 = passes(v.w, e + 3);
       const int cnt = static_cast<int>(p0) + p1 + p2 + p3;
       if (cnt == 0) return;
@@ -135,24 +133,23 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       slot += p2;
       if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, e + 3);
     };
-    // a thread whose largest entry is below the bar has none that reaches it: only the threads whose maximum does
-    // (k of them for real data) scan their entries again (a thread with only NaN entries has maximum -inf)
-    const bool mine = m >= bk;
-    for (int c = mine ? tid : chunks; c < chunks; c += T) offer4(lds4(win + 4 * c), 4 * c);
-    for (int c0 = mine ? chunks + tid : all_chunks; c0 < all_chunks; c0 += G * T) {
-      float4 v[G];
+    auto offer_group = [&](int gi) {  // the keys of group gi: rows [16 gi, 16 gi + 16), those past n left out
+      const int c0 = gi * (kDenseGroup / 4);
+      float4 v[kDenseGroup / 4];
 #pragma unroll
-      for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{0.f, 0.f, 0.f, 0.f};
+      for (int j = 0; j < kDenseGroup / 4; ++j)
+        v[j] = 4 * (c0 + j) < n ? row4[c0 + j] : float4{ninf, ninf, ninf, ninf};
 #pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (c0 + g * T < all_chunks) offer4(v[g], 4 * (c0 + g * T));
-    }
-    for (int e = mine ? rest + tid : n; e < n; e += T) {
-      const float x = row[e];
-      if (passes(x, e)) {
-        const int slot = atomic_add_shared(count, 1);
-        if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, e);
-      }
+      for (int j = 0; j < kDenseGroup / 4; ++j) offer4(v[j], 4 * (c0 + j));
+    };
+    // a thread whose largest group maximum is below the bar has no entry that reaches it: only the threads whose
+    // maximum does (about k of them for real data) look at their groups again (one with no group has -inf)
+    for (int c = m >= bk ? tid : gchunks; c < gchunks; c += T) {
+      const float4 v = group_chunk(c);
+      if (v.x >= bk) offer_group(4 * c);
+      if (v.y >= bk) offer_group(4 * c + 1);
+      if (v.z >= bk) offer_group(4 * c + 2);
+      if (v.w >= bk) offer_group(4 * c + 3);
     }
     __syncthreads();
     m_count = lds(count);

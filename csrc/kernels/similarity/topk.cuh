@@ -1114,23 +1114,40 @@ struct TopkBlock {
 
   // MERGE=5: every key of the tile (metric applied) to the dense key matrix, [nq][dense_ld], at column tile row
   // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
-  // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
+  // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors. Then the largest key of each
+  // of the warp's m16 row blocks (a group of kDenseGroup rows: rows g and g + 8 of its lanes) per query column, to
+  // the row's group maxima (params.cuh: dense_groups_at()): three shuffles across the lane groups g, stored by the
+  // lanes of g = 0. A NaN key is left out (fmaxf); a group of NaN keys only is NaN or -inf, which bounds nothing.
   __device__ __forceinline__ void dense_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
+    static_assert(Tr::kMtStride % kDenseGroup == 0, "a group is one m16 row block");
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     float* base = p.cand_key + static_cast<long long>(tile) * BN;
+    const int row0 = tile * BN + row_base;  // the warp's first row (chunk-local), a multiple of kDenseGroup
+    const int gat = static_cast<int>(dense_groups_at(p.n)) + row0 / kDenseGroup - tile * BN;  // from base's row
+    const bool gstore = !kTrace && lane < 4;  // the lanes of g = 0
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = query_col(nt, e, t);
-        if (q0 + col >= p.nq) continue;
+        const bool live = q0 + col < p.nq;  // the same for the lanes of one t: the shuffles below stay in step
         float* dst = base + static_cast<long long>(q0 + col) * p.dense_ld;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+          float gmax = -f32_inf();
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (!kTrace && rt.valid[mt][h]) dst[row_of(mt, h, g)] = key_raw(mma, rt, mt, nt, h, e);
+          for (int h = 0; h < 2; ++h) {
+            if (!rt.valid[mt][h]) continue;
+            const float key = key_raw(mma, rt, mt, nt, h, e);
+            if (!kTrace && live) dst[row_of(mt, h, g)] = key;
+            gmax = fmaxf(gmax, key);
+          }
+          gmax = fmaxf(gmax, shfl_xor_f(gmax, 4));
+          gmax = fmaxf(gmax, shfl_xor_f(gmax, 8));
+          gmax = fmaxf(gmax, shfl_xor_f(gmax, 16));
+          if (gstore && live && row0 + mt * Tr::kMtStride < p.n) dst[gat + mt * (Tr::kMtStride / kDenseGroup)] = gmax;
+        }
       }
     }
   }

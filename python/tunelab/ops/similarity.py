@@ -140,9 +140,10 @@ def compile_arch(config: Mapping[str, Any], arch: str) -> str:
 
 
 def dense_ld(n: int) -> int:
-    """Row stride (floats) of the dense key matrix of a ``MERGE=5`` search over ``n`` rows: n rounded up to 4, so
-    that every row is 16-byte aligned for the select kernel's copies."""
-    return (int(n) + 3) // 4 * 4
+    """Row stride (floats) of the dense key matrix of a ``MERGE=5`` search over ``n`` rows: the n keys rounded up to
+    4, then the largest key of every 16 rows (the select kernel reads these group maxima first and only the groups
+    that can hold the top k), rounded up to 4: every row and both of its parts are 16-byte aligned."""
+    return int(_S.dense_row_floats(int(n)))
 
 
 def _round8(n: int) -> int:
@@ -511,7 +512,7 @@ class CompiledSearch:
 
     def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):
         """(cand_key, cand_idx) for one search launch: the splits' candidate lists, [splits][nq][k] float32 and
-        int32; or with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None."""
+        int32; or with ``MERGE=5`` the dense key matrix, [nq][:func:`dense_ld`] float32, and None."""
         import torch
 
         if self.dense:
@@ -549,6 +550,13 @@ class CompiledSearch:
         if kind == MERGE_SELECT and (dense is None or int(num_lists) != 1):
             raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads one dense row per query (dense=(N, 0, "
                               f"row stride), num_lists=1); got num_lists={num_lists}, dense={dense}: pass kind=None")
+        if kind == MERGE_SELECT and (int(dense[2]) < dense_ld(dense[0]) or int(dense[2]) % 4
+                                     or cand_key.data_ptr() % 16):
+            raise InputError(f"merge kind {MERGE_SELECT} (select) reads rows of N={dense[0]} keys and their group "
+                             f"maxima, 16-byte aligned: the row stride {dense[2]} must be a multiple of 4 and at "
+                             f"least dense_ld(N)={dense_ld(dense[0])}, and the matrix 16-byte aligned (at byte "
+                             f"{cand_key.data_ptr() % 16}); write it with a MERGE=5 search into "
+                             f"candidate_buffers()")
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
