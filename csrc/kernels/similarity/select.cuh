@@ -96,14 +96,16 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
   if (tid < WARPS * k) {
-    const int cw = tid / k;
-    const float x = lds(wmax + cw * 32 + tid % k);
+    const float x = lds(wmax + tid / k * 32 + tid % k);
     int r = 0;
+    // no early exit at warp w's first entry below x: the loads stay independent (an exit made them a chain of
+    // dependent shared-memory reads, up to WARPS * k of them for the last candidates)
+#pragma unroll
     for (int w = 0; w < WARPS; ++w) {
-      for (int i = 0; i < k; ++i) {  // warp w's list is sorted: past its first entry below x none counts
+#pragma unroll 4
+      for (int i = 0; i < k; ++i) {
         const float y = lds(wmax + w * 32 + i);
-        if (y < x) break;
-        r += y > x || w * k + i < tid;
+        r += y > x || (y == x && w * k + i < tid);
       }
     }
     if (r == k - 1) {
