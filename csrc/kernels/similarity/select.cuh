@@ -10,8 +10,8 @@
 //   2. The k-th largest of the threads' maxima, B, bounds the answer: the k threads holding the largest maxima
 //      supply k distinct entries >= B (a group maximum is an entry of its group), so nothing below B is in the top
 //      k (fewer than k threads with an entry that is not NaN: B = -inf). Each warp sorts its 32 maxima across its
-//      lanes; the k-th largest is among the warps' k largest, and the thread holding each of those counts the ones
-//      ranked above it (all of them at once: the earlier kernel's warp 0 took k rounds, 14% of its ncu samples).
+//      lanes; the k-th largest is among the warps' k largest, and every warp ranks some of those against all of
+//      them by ballots (the earlier kernel's warp 0 took k rounds, 14% of its ncu samples).
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
 //      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the threads
 //      whose maximum reaches B look at their groups again, and read the keys of the groups whose maximum does
@@ -90,27 +90,33 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     for (int j = 0; j < G; ++j) m = fmaxf(m, fmaxf(fmaxf(v[j].x, v[j].y), fmaxf(v[j].z, v[j].w)));
   }
 
-  // 2. the bound: the k-th largest of the T maxima. Candidate j = (warp j / k, place j % k of its sorted maxima);
-  // its rank counts the candidates that are larger, or equal with a smaller j (distinct ranks: one thread writes).
+  // 2. the bound: the k-th largest of the T maxima. Candidate c = (warp c / k, place c % k of its sorted maxima),
+  // c < WARPS * k; its rank counts the candidates that are larger, or equal with a smaller c (distinct ranks: one
+  // candidate has rank k - 1). Warp w ranks candidates w, w + WARPS, ...: lane l holds candidates l, l + 32, ...
+  // and a ballot per 32 of them counts. (One thread per candidate looping over all of them took 54% of the
+  // kernel's warp stalls at the barrier after it: about WARPS * k dependent steps for the slowest thread.)
   sts(wmax + warp * 32 + lane, warp_sort_desc(m, lane));  // m stays this thread's own maximum (step 3 reads it)
   stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
-  if (tid < WARPS * k) {
-    const float x = lds(wmax + tid / k * 32 + tid % k);
-    int r = 0;
-    // no early exit at warp w's first entry below x: the loads stay independent (an exit made them a chain of
-    // dependent shared-memory reads, up to WARPS * k of them for the last candidates)
+  {
+    constexpr int PER = (WARPS * kSelectMaxK + 31) / 32;
+    const int cands = WARPS * k, per = (cands + 31) / 32;
+    float y[PER];
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-#pragma unroll 4
-      for (int i = 0; i < k; ++i) {
-        const float y = lds(wmax + w * 32 + i);
-        r += y > x || (y == x && w * k + i < tid);
-      }
+    for (int j = 0; j < PER; ++j) {
+      const int e = lane + 32 * j;
+      y[j] = j < per && e < cands ? lds(wmax + e / k * 32 + e % k) : f32_nan();  // NaN never counts
     }
-    if (r == k - 1) {
-      sts(bar_key, x);
-      sts(bar_idx, 0x7fffffff);  // (x, INT_MAX): every entry whose key is >= x is at least as good
+    for (int c = warp; c < cands; c += WARPS) {
+      const float x = lds(wmax + c / k * 32 + c % k);
+      int r = 0;
+#pragma unroll
+      for (int j = 0; j < PER; ++j)
+        if (j < per) r += popc(ballot(y[j] > x || (y[j] == x && lane + 32 * j < c)));
+      if (r == k - 1 && lane == 0) {
+        sts(bar_key, x);
+        sts(bar_idx, 0x7fffffff);  // (x, INT_MAX): every entry whose key is >= x is at least as good
+      }
     }
   }
   __syncthreads();
