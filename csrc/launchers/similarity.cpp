@@ -281,12 +281,10 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                          " elements) must be >= d=" + std::to_string(d));
     if (dense) {  // MERGE=5: cand_key is the [nq][dense_ld] key matrix (chunk-local columns); cand_idx is not used
         null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the dense key matrix)", cand_key}});
-        const long long least = tunelab::sim::dense_row_floats(n);
-        if (dense_ld < least || dense_ld % 4 != 0 || dense_ld > INT_MAX)
+        if (dense_ld < n || dense_ld % 4 != 0 || dense_ld > INT_MAX)
             throw InputError("MERGE=5: the dense key matrix's row stride dense_ld=" + std::to_string(dense_ld) +
-                             " must be a multiple of 4 floats, at least " + std::to_string(least) + " for n=" +
-                             std::to_string(n) + " (the keys, then the 16-row group maxima, each 16-byte aligned: "
-                             "dense_row_floats(n))");
+                             " must be a multiple of 4 floats, at least n=" + std::to_string(n) +
+                             " (16-byte rows for the select kernel's copies)");
         if (cand_key % 16)
             throw InputError("MERGE=5: the dense key matrix must be 16-byte aligned (it is at byte " +
                              std::to_string(cand_key % 16) + " of 16)");

@@ -223,8 +223,9 @@ int main(int argc, char** argv) {
     const int tps = (T + splits - 1) / splits;
     splits = (T + tps - 1) / tps;
     max_splits_seen = splits;
-    const int ld = static_cast<int>(dense_row_floats(n));  // the keys, then the group maxima
-    std::vector<float> mat(static_cast<size_t>(nq) * ld, 777.f);  // padding past n (and past the groups) is never read
+    const int ld = (n + 3) / 4 * 4;
+    // the keys, then the group maxima; padding past n (and past the groups) is never read
+    std::vector<float> mat(static_cast<size_t>(nq) * (ld + dense_groups_ld(n)), 777.f);
     emu::register_global(mat.data(), mat.size() * sizeof(float));
     SearchParams sp{};
     sp.queries = Q.bytes.data();

@@ -1,6 +1,6 @@
 // The top-k of each row of a dense key matrix (merge kind kMergeSelect): one block of kSelectThreads threads per
 // query. The search with MERGE=5 writes every key of the nq x N matrix (no running top-k) and, after each row's keys,
-// the largest key of every group of kDenseGroup = 16 rows (params.cuh: dense_groups_at()); where that matrix is
+// the largest key of every group of kDenseGroup = 16 rows (params.cuh: dense_groups_ld()); where that matrix is
 // small next to L2 (at N = 50K, nq = 100: 21 MB of a 60 MB L2) this pair beats the fused search, whose few tiles per
 // split leave its top-k epilogue on the critical path. Entry `rank` of row q is at q * query_stride + rank, its
 // index is rank (MergeParams: one list of list_len = N entries, implicit indices).
@@ -10,8 +10,7 @@
 //   2. The k-th largest of the threads' maxima, B, bounds the answer: the k threads holding the largest maxima
 //      supply k distinct entries >= B (a group maximum is an entry of its group), so nothing below B is in the top
 //      k (fewer than k threads with an entry that is not NaN: B = -inf). Each warp sorts its 32 maxima across its
-//      lanes; the k-th largest is among the warps' k largest, and every warp ranks some of those against all of
-//      them by ballots (the earlier kernel's warp 0 took k rounds, 14% of its ncu samples).
+//      lanes; warp 0 takes the k largest heads of the warps' sorted lists.
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
 //      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the threads
 //      whose maximum reaches B look at their groups again, and read the keys of the groups whose maximum does
@@ -21,7 +20,7 @@
 //      pass runs again with it.
 //
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1). The row
-// and its group maxima must be 16-byte aligned (query_stride a multiple of 4, at least dense_row_floats(N)).
+// must be 16-byte aligned (query_stride a multiple of 4), and the group maxima follow the nq rows.
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
 #pragma once
 
@@ -64,7 +63,8 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   const float4* row4 = reinterpret_cast<const float4*>(row);
   const int groups = static_cast<int>(dense_groups(n));
   const int gchunks = (groups + 3) / 4;  // 16-byte chunks of the group maxima (the last one's tail is not written)
-  const float4* gmax4 = reinterpret_cast<const float4*>(row + dense_groups_at(n));
+  const float4* gmax4 = reinterpret_cast<const float4*>(p.cand_key + static_cast<long long>(p.nq) * p.query_stride +
+                                                        static_cast<long long>(q) * dense_groups_ld(n));
   const float ninf = -f32_inf();
   // chunk c of the group maxima, its entries past the last group -inf
   auto group_chunk = [&](int c) {
@@ -90,35 +90,34 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     for (int j = 0; j < G; ++j) m = fmaxf(m, fmaxf(fmaxf(v[j].x, v[j].y), fmaxf(v[j].z, v[j].w)));
   }
 
-  // 2. the bound: the k-th largest of the T maxima. Candidate c = (warp c / k, place c % k of its sorted maxima),
-  // c < WARPS * k; its rank counts the candidates that are larger, or equal with a smaller c (distinct ranks: one
-  // candidate has rank k - 1). Warp w ranks candidates w, w + WARPS, ...: lane l holds candidates l, l + 32, ...
-  // and a ballot per 32 of them counts. (One thread per candidate looping over all of them took 54% of the
-  // kernel's warp stalls at the barrier after it: about WARPS * k dependent steps for the slowest thread.)
+  // 2. the bound: the k-th largest of the T maxima. Each warp sorts its maxima; warp 0 takes the k largest heads of
+  // the warps' sorted lists (k rounds of a warp maximum). Two all-thread rankings of the WARPS * k candidates were
+  // tried instead, and both took longer (a 512-thread block on an H100: 8.2 and 11.8 us against 9.8 for the kernel
+  // that read whole rows).
   sts(wmax + warp * 32 + lane, warp_sort_desc(m, lane));  // m stays this thread's own maximum (step 3 reads it)
-  stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
-  {
-    constexpr int PER = (WARPS * kSelectMaxK + 31) / 32;
-    const int cands = WARPS * k, per = (cands + 31) / 32;
-    float y[PER];
+  if (warp == 0) {
+    int at = 0;  // this lane's next entry of warp `lane`'s sorted maxima
+    float head = lane < WARPS ? lds(wmax + lane * 32) : ninf;
+    float b = ninf;
+    for (int r = 0; r < k; ++r) {
+      float mx = head;
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const int e = lane + 32 * j;
-      y[j] = j < per && e < cands ? lds(wmax + e / k * 32 + e % k) : f32_nan();  // NaN never counts
-    }
-    for (int c = warp; c < cands; c += WARPS) {
-      const float x = lds(wmax + c / k * 32 + c % k);
-      int r = 0;
-#pragma unroll
-      for (int j = 0; j < PER; ++j)
-        if (j < per) r += popc(ballot(y[j] > x || (y[j] == x && lane + 32 * j < c)));
-      if (r == k - 1 && lane == 0) {
-        sts(bar_key, x);
-        sts(bar_idx, 0x7fffffff);  // (x, INT_MAX): every entry whose key is >= x is at least as good
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, shfl_xor_f(mx, o));
+      const unsigned holders = ballot(head == mx);  // never empty: mx is one lane's head (none is NaN)
+      const int w = popc((holders & (0u - holders)) - 1u);  // the lowest lane holding it takes its next entry
+      b = mx;
+      if (lane == w) {
+        ++at;
+        head = at < 32 && lane < WARPS ? lds(wmax + lane * 32 + at) : ninf;
       }
     }
+    if (lane == 0) {
+      sts(bar_key, b);
+      sts(bar_idx, 0x7fffffff);  // (b, INT_MAX): every entry whose key is >= b is at least as good
+    }
   }
+  stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
 
   // 3. queue every entry at least as good as the bar; if too many did, raise the bar and queue again

@@ -1116,7 +1116,7 @@ struct TopkBlock {
   // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
   // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors. Then the largest key of each
   // of the warp's m16 row blocks (a group of kDenseGroup rows) per query column, to the row's group maxima
-  // (params.cuh: dense_groups_at()). A NaN key is left out (fmaxf); a group of NaN keys only is NaN or -inf, which
+  // (params.cuh: dense_groups_ld()). A NaN key is left out (fmaxf); a group of NaN keys only is NaN or -inf, which
   // bounds nothing.
   __device__ __forceinline__ void dense_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
     static_assert(Tr::kMtStride % kDenseGroup == 0, "a group is one m16 row block");
@@ -1170,7 +1170,7 @@ struct TopkBlock {
 #pragma unroll
     for (int j = M2; j < 2 * M3; ++j) v2[j] = -f32_inf();
     const int row0 = tile * BN + row_base;  // the warp's first row (chunk-local), a multiple of kDenseGroup
-    float* gbase = p.cand_key + dense_groups_at(p.n) + row0 / kDenseGroup;
+    const int gld = static_cast<int>(dense_groups_ld(p.n));
 #pragma unroll
     for (int j = 0; j < M3; ++j) {
       const float keep = b3 ? v2[j + M3] : v2[j], give = b3 ? v2[j] : v2[j + M3];
@@ -1179,7 +1179,8 @@ struct TopkBlock {
       const int i2 = j + (b3 ? M3 : 0), i1 = i2 + (b2 ? M2 : 0), i0 = i1 + (b1 ? M1 : 0);
       const int mt = i0 / (2 * NT), col = query_col(i0 / 2 % NT, i0 & 1, t);
       if (!kTrace && i2 < M2 && i1 < M1 && i0 < M0 && q0 + col < p.nq && row0 + mt * Tr::kMtStride < p.n)
-        gbase[static_cast<long long>(q0 + col) * p.dense_ld + mt * (Tr::kMtStride / kDenseGroup)] = gmax;
+        p.cand_key[static_cast<long long>(p.nq) * p.dense_ld + static_cast<long long>(q0 + col) * gld +
+                   row0 / kDenseGroup + mt * (Tr::kMtStride / kDenseGroup)] = gmax;
     }
   }
 
