@@ -249,8 +249,8 @@ def test_wgmma_main_loop_matches_reference_and_mma_sync(dt):
                     reason="the dense default (ping-pong main loop): sm_90 only")
 def test_dense_search_matches_fused_and_reference():
     """MERGE=5 (every key to the dense matrix, then the select kernel) gives the fused ping-pong search's answer for
-    every metric and 16-bit dtype, with N neither a multiple of 4 nor of the 16-row groups whose maxima the select
-    kernel reads first (the last group is one row), k from 1 to 32; rows that all tie give rows 0..k-1; a streamed corpus refuses an explicit MERGE=5
+    every metric and 16-bit dtype, with N past the select kernel's shared-memory window (51 Ki entries) and not a
+    multiple of 4, k from 1 to 32; rows that all tie give rows 0..k-1; a streamed corpus refuses an explicit MERGE=5
     and takes the fused default instead of a dense one."""
     from tunelab.errors import ConfigError, InputError
     from tunelab.tuning.families.similarity import check_topk

@@ -105,8 +105,6 @@ void bind_similarity(py::module_& m) {
           "Merge kernel variant for k, the candidates per query and whether every list is sorted best first (the "
           "search's lists): 4 sorted lists (k <= 32); 0, 1 thread lists (k <= 16, 32; at least 16384 candidates); "
           "2, 3 shared lists, 8 or 4 warps.");
-    s.def("dense_groups_ld", &tunelab::sim::dense_groups_ld, py::arg("n"),
-          "Floats per query of a MERGE=5 search's 16-row group maxima (after the key matrix's nq rows).");
     s.def("merge_threads", &sl::merge_threads, py::arg("kind"));
     s.def("merge_smem_bytes", &sl::merge_smem_bytes, py::arg("kind"), py::arg("k"));
     s.def("merge_name_expression", &sl::merge_name_expression, py::arg("dtype"), py::arg("metric"), py::arg("kind"));

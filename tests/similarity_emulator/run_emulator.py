@@ -93,6 +93,11 @@ GRAM_CONFIGS = [
 GRAM_SCENARIOS = [(75, 40, 1, 1), (130, 24, 2, 0)]  # (n, dim, seed, land_late)
 
 
+#: The select kernel's shared-memory window of row entries in the emulator's builds (51 Ki on GPUs): scenario rows of
+#: up to 2048 entries stay in it, longer ones are read from global memory past it.
+SELECT_WINDOW = 2048
+
+
 def _d_for(dtype: int, vec: int, d16: int) -> int:
     """A feature dim close to d16 that the config's copy width allows (d * element bytes % VEC == 0)."""
     eb = 2 if dtype in (0, 1) else 4
@@ -111,7 +116,7 @@ def _build(defn: str, value: tuple, out_dir: Path, compiler: str) -> Path:
         return exe
     cmd = [compiler, "-std=c++17", "-O1", "-w", f"-I{HERE / 'shim'}", f"-I{RUNTIME / 'shim'}", f"-I{RUNTIME}",
            f"-I{HERE}", f"-I{KERNELS}", f"-D{defn}={','.join(map(str, value))}",
-           str(HERE / "emu_similarity.cpp"),
+           f"-DTUNELAB_SIM_SELECT_WINDOW={SELECT_WINDOW}", str(HERE / "emu_similarity.cpp"),
            str(RUNTIME / "emu_runtime.cpp"), "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

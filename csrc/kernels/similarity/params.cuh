@@ -22,8 +22,7 @@ enum : int { kIP = 0, kCosine = 1, kL2 = 2 };
 // (k entries, best first; missing entries key = -inf, idx = -1) to list (list_offset + s) of cand_key/cand_idx,
 // laid out [list][nq][k]. MERGE=5 (dense) keeps no top-k: it writes every key of the split's tiles to the dense
 // key matrix cand_key, [nq][dense_ld] (the key of query q and corpus row r at q * dense_ld + r; entries past n are
-// not written; the rows' group maxima follow the matrix: dense_groups_ld()), and the select kernel (merge kind
-// kMergeSelect) picks each row's k best.
+// not written), and the select kernel (merge kind kMergeSelect) picks each row's k best.
 // MMA 2 and 3 (TMA producer) read the queries and the corpus through tensor maps the launcher encodes (zeros
 // elsewhere): 2-D, 16-bit elements, boxes of 64 columns x BLOCK_N corpus rows / topk_query_rows() / CLUSTER query
 // rows, 128-byte swizzle (CUtensorMap's bytes).
@@ -106,15 +105,6 @@ TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3
 TUNELAB_SIM_HD constexpr bool topk_thread_lists(int merge) { return merge == 3 || merge == 4; }
 constexpr int kMergeDense = 5;
 TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDense; }
-// MERGE=5 also writes the largest key of every kDenseGroup consecutive rows (one warp's m16 row block of a tile):
-// after the nq rows of keys ([nq][dense_ld] floats) come nq rows of dense_groups_ld(n) group maxima (group j: rows
-// [16 j, 16 j + 16), those past n left out), so that the query q's are at cand_key + nq * dense_ld + q *
-// dense_groups_ld(n). The select kernel bounds the row's k-th best with them and reads only the groups that reach
-// the bound. (The maxima at the end of each key row instead changed the rows' stride, and the search took 1.4 us
-// longer at 50K/100 on an H100 with the stores compiled out.)
-constexpr int kDenseGroup = 16;
-TUNELAB_SIM_HD constexpr long long dense_groups(long long n) { return (n + kDenseGroup - 1) / kDenseGroup; }
-TUNELAB_SIM_HD constexpr long long dense_groups_ld(long long n) { return (dense_groups(n) + 3) / 4 * 4; }
 // Threads per query column with thread lists: threads / BLOCK_Q rounded down to a power of two, at most 4.
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;
@@ -175,9 +165,8 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
 //   kMergeShared8/4 (2/3) anything else: shared lists merged by warps (similarity_merge<_, _, 8 or 4>: above k = 256
 //                         eight warps' list buffers, 16 k bytes each, would pass 32 KiB).
 //   kMergeSelect (5)      one row of a dense key matrix per query (the search with MERGE=5: one list of N entries,
-//                         implicit indices, its group maxima after its keys) with k <= 32: a block of kSelectThreads
-//                         threads bounds the row by its group maxima, reads the few groups that reach the bound
-//                         and ranks their entries that do (similarity_select,
+//                         implicit indices) with k <= 32: a block of kSelectThreads threads bounds the row by its
+//                         threads' maxima and ranks the few entries that reach the bound (similarity_select,
 //                         select.cuh). merge_kind() never picks it: the dense search's caller asks for it.
 enum : int {
   kMergeLists16 = 0,
@@ -188,8 +177,14 @@ enum : int {
   kMergeSelect = 5
 };
 constexpr int kMergeKinds = kMergeSelect + 1;  // kinds 0 .. kMergeKinds - 1 (kMergeSelect is the last)
-// The select kernel: threads per block, its queue and the largest k it takes.
-constexpr int kSelectThreads = 256;
+// The select kernel: threads per block, the row entries it holds in shared memory (204 KiB: N = 50K fits; the
+// rest of a longer row is read from global memory twice), its queue and the largest k it takes.
+constexpr int kSelectThreads = 1024;
+#ifdef TUNELAB_SIM_SELECT_WINDOW  // the CPU emulator's builds: a small window, so that its rows also pass it
+constexpr int kSelectWindow = TUNELAB_SIM_SELECT_WINDOW;
+#else
+constexpr int kSelectWindow = 51 * 1024;
+#endif
 constexpr int kSelectCap = 1024;
 constexpr int kSelectMaxK = 32;
 constexpr int kMergeListWarps = 8;
@@ -224,10 +219,10 @@ constexpr int kSortedMergeHotIds = 32 * 8;
 constexpr int kSortedMergeKept = 64;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
-// (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; select: the queue (8 bytes an
-// entry) and each warp's 32 sorted maxima; all: 16 bytes for the queue count, the bar and |q|^2.
+// (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; select: the window of the row, the
+// queue (8 bytes an entry) and each warp's 32 maxima; all: 16 bytes for the queue count, the bar and |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
-  return kind == kMergeSelect ? kSelectCap * 8LL + kSelectThreads * 4LL + 16
+  return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + kSelectThreads * 4LL + 16
          : kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16

@@ -1,26 +1,27 @@
 // The top-k of each row of a dense key matrix (merge kind kMergeSelect): one block of kSelectThreads threads per
-// query. The search with MERGE=5 writes every key of the nq x N matrix (no running top-k) and, after each row's keys,
-// the largest key of every group of kDenseGroup = 16 rows (params.cuh: dense_groups_ld()); where that matrix is
-// small next to L2 (at N = 50K, nq = 100: 21 MB of a 60 MB L2) this pair beats the fused search, whose few tiles per
+// query. The search with MERGE=5 writes every key of the nq x N matrix (no running top-k); where that matrix is
+// small next to L2 (at N = 50K, nq = 100: 20 MB of a 60 MB L2) this pair beats the fused search, whose few tiles per
 // split leave its top-k epilogue on the critical path. Entry `rank` of row q is at q * query_stride + rank, its
 // index is rank (MergeParams: one list of list_len = N entries, implicit indices).
 //
-//   1. Each thread reads its 16-byte chunks c = tid, tid + threads, ... of the row's group maxima (N / 16 floats,
-//      not the N keys) and keeps the largest.
+//   1. The row's first kSelectWindow entries are copied to shared memory (16-byte cp.async, where the row is
+//      16-byte aligned), each thread owning the 4-entry chunks c = tid, tid + threads, ...; chunks past them are
+//      read from global memory in both passes (16-byte loads, four in flight per thread), and so are the last
+//      n % 4 entries and every entry of an unaligned row (one at a time: the op's rows are always aligned). Each
+//      thread keeps the largest of its entries.
 //   2. The k-th largest of the threads' maxima, B, bounds the answer: the k threads holding the largest maxima
-//      supply k distinct entries >= B (a group maximum is an entry of its group), so nothing below B is in the top
-//      k (fewer than k threads with an entry that is not NaN: B = -inf). Each warp sorts its 32 maxima across its
-//      lanes; warp 0 takes the k largest heads of the warps' sorted lists.
+//      supply k distinct entries >= B, so nothing below B is in the top k (fewer than k threads with an entry that
+//      is not NaN: B = -inf). Each warp sorts its 32 maxima across its lanes; warp 0 takes the k largest heads of
+//      the warps' sorted lists.
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
 //      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the threads
-//      whose maximum reaches B look at their groups again, and read the keys of the groups whose maximum does
-//      (about k groups of 16 for real data: the earlier kernel read all N keys of the row, 11 us of the 46 at
-//      50K/100 on the H200). When more than kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus
-//      rows), the k-th best of the queued ones is a higher bar (k queued entries are at least as good), and the
-//      pass runs again with it.
+//      whose maximum reaches B look at their entries again: at 50K/100 on the H200 every thread's second pass took
+//      28% of ncu's warp samples (results/ncu_similarity_select_full_h200.txt; 14% more were the other warps
+//      waiting for warp 0's k rounds of step 2, 11% the wait for the window's copy). When more than
+//      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
+//      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
 //
-// NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1). The row
-// must be 16-byte aligned (query_stride a multiple of 4), and the group maxima follow the nq rows.
+// NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
 #pragma once
 
@@ -46,9 +47,10 @@ __device__ __forceinline__ float warp_sort_desc(float x, int lane) {
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid_constant__ MergeParams p) {
   constexpr int T = kSelectThreads, WARPS = T / 32, CAP = kSelectCap;
-  static_assert(WARPS <= 32 && T % 32 == 0, "warps of 32 sorted maxima");
-  extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
-  float* qkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [CAP] the queue
+  static_assert(WARPS <= 32, "warp 0 takes one warp's maxima per lane");
+  extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
+  float* win = reinterpret_cast<float*>(tunelab_similarity_smem);  // [kSelectWindow] the row's first entries
+  float* qkey = win + kSelectWindow;                                // [CAP] the queue
   int* qidx = reinterpret_cast<int*>(qkey + CAP);
   float* wmax = reinterpret_cast<float*>(qidx + CAP);               // [WARPS][32] each warp's sorted maxima
   int* count = reinterpret_cast<int*>(wmax + WARPS * 32);           // queue length
@@ -60,46 +62,39 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k, n = p.list_len;
   const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
+  const bool aligned = (reinterpret_cast<unsigned long long>(row) & 15) == 0;
+  const int all_chunks = aligned ? n / 4 : 0;  // 16-byte chunks of the row
+  const int chunks = all_chunks < kSelectWindow / 4 ? all_chunks : kSelectWindow / 4;  // those in the window
+  const int rest = 4 * all_chunks;  // entries from here on are read one at a time (by thread (e - rest) % T)
   const float4* row4 = reinterpret_cast<const float4*>(row);
-  const int groups = static_cast<int>(dense_groups(n));
-  const int gchunks = (groups + 3) / 4;  // 16-byte chunks of the group maxima (the last one's tail is not written)
-  const float4* gmax4 = reinterpret_cast<const float4*>(p.cand_key + static_cast<long long>(p.nq) * p.query_stride +
-                                                        static_cast<long long>(q) * dense_groups_ld(n));
-  const float ninf = -f32_inf();
-  // chunk c of the group maxima, its entries past the last group -inf
-  auto group_chunk = [&](int c) {
-    float4 v = gmax4[c];
-    const int g0 = 4 * c;
-    if (g0 + 3 >= groups) {
-      if (g0 + 1 >= groups) v.y = ninf;
-      if (g0 + 2 >= groups) v.z = ninf;
-      if (g0 + 3 >= groups) v.w = ninf;
-    }
-    return v;
-  };
-  constexpr int G = 4;  // chunks in flight per thread
+  constexpr int G = 4;  // chunks past the window: loads in flight per thread
 
-  // 1. each thread's largest group maximum (fmaxf drops NaN)
+  // 1. copy the window, and each thread's maximum (fmaxf drops NaN)
   if (tid == 0) sts(count, 0);
-  float m = ninf;
-  for (int c0 = tid; c0 < gchunks; c0 += G * T) {
+  for (int c = tid; c < chunks; c += T) cp_async<16>(smem_u32(win + 4 * c), row + 4 * c, true);
+  cp_async_commit();
+  float m = -f32_inf();
+  for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
     float4 v[G];
 #pragma unroll
-    for (int j = 0; j < G; ++j) v[j] = c0 + j * T < gchunks ? group_chunk(c0 + j * T) : float4{ninf, ninf, ninf, ninf};
+    for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{m, m, m, m};
 #pragma unroll
-    for (int j = 0; j < G; ++j) m = fmaxf(m, fmaxf(fmaxf(v[j].x, v[j].y), fmaxf(v[j].z, v[j].w)));
+    for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
+  }
+  for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
+  cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
+  for (int c = tid; c < chunks; c += T) {
+    const float4 v = lds4(win + 4 * c);
+    m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
   }
 
-  // 2. the bound: the k-th largest of the T maxima. Each warp sorts its maxima; warp 0 takes the k largest heads of
-  // the warps' sorted lists (k rounds of a warp maximum). Two all-thread rankings of the WARPS * k candidates were
-  // tried instead, and both took longer (a 512-thread block on an H100: 8.2 and 11.8 us against 9.8 for the kernel
-  // that read whole rows).
+  // 2. the bound: the k-th largest of the T maxima
   sts(wmax + warp * 32 + lane, warp_sort_desc(m, lane));  // m stays this thread's own maximum (step 3 reads it)
   __syncthreads();
   if (warp == 0) {
     int at = 0;  // this lane's next entry of warp `lane`'s sorted maxima
-    float head = lane < WARPS ? lds(wmax + lane * 32) : ninf;
-    float b = ninf;
+    float head = lane < WARPS ? lds(wmax + lane * 32) : -f32_inf();
+    float b = -f32_inf();
     for (int r = 0; r < k; ++r) {
       float mx = head;
 #pragma unroll
@@ -109,7 +104,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       b = mx;
       if (lane == w) {
         ++at;
-        head = at < 32 && lane < WARPS ? lds(wmax + lane * 32 + at) : ninf;
+        head = at < 32 && lane < WARPS ? lds(wmax + lane * 32 + at) : -f32_inf();
       }
     }
     if (lane == 0) {
@@ -125,9 +120,9 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   for (;;) {
     const float bk = lds(bar_key);
     const int bi = lds(bar_idx);
-    // x at least as good as (bk, bi): in the row, not worse, and not NaN (better() is false for every NaN comparison)
-    auto passes = [&](float x, int e) { return e < n && x == x && !better(bk, bi, x, e); };
-    auto offer4 = [&](const float4& v, int e) {  // chunk e / 4 of the keys: one atomic for its passing entries
+    // x at least as good as (bk, bi): not worse, and not NaN (better() is false for every NaN comparison)
+    auto passes = [&](float x, int e) { return x == x && !better(bk, bi, x, e); };
+    auto offer4 = [&](const float4& v, int e) {  // chunk e / 4: one atomic for its passing entries
       const bool p0 = passes(v.x, e), p1 = passes(v.y, e + 1), p2 = passes(v.z, e + 2), p3 = passes(v.w, e + 3);
       const int cnt = static_cast<int>(p0) + p1 + p2 + p3;
       if (cnt == 0) return;
@@ -140,23 +135,24 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       slot += p2;
       if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, e + 3);
     };
-    auto offer_group = [&](int gi) {  // the keys of group gi: rows [16 gi, 16 gi + 16), those past n left out
-      const int c0 = gi * (kDenseGroup / 4);
-      float4 v[kDenseGroup / 4];
+    // a thread whose largest entry is below the bar has none that reaches it: only the threads whose maximum does
+    // (k of them for real data) scan their entries again (a thread with only NaN entries has maximum -inf)
+    const bool mine = m >= bk;
+    for (int c = mine ? tid : chunks; c < chunks; c += T) offer4(lds4(win + 4 * c), 4 * c);
+    for (int c0 = mine ? chunks + tid : all_chunks; c0 < all_chunks; c0 += G * T) {
+      float4 v[G];
 #pragma unroll
-      for (int j = 0; j < kDenseGroup / 4; ++j)
-        v[j] = 4 * (c0 + j) < n ? row4[c0 + j] : float4{ninf, ninf, ninf, ninf};
+      for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int j = 0; j < kDenseGroup / 4; ++j) offer4(v[j], 4 * (c0 + j));
-    };
-    // a thread whose largest group maximum is below the bar has no entry that reaches it: only the threads whose
-    // maximum does (about k of them for real data) look at their groups again (one with no group has -inf)
-    for (int c = m >= bk ? tid : gchunks; c < gchunks; c += T) {
-      const float4 v = group_chunk(c);
-      if (v.x >= bk) offer_group(4 * c);
-      if (v.y >= bk) offer_group(4 * c + 1);
-      if (v.z >= bk) offer_group(4 * c + 2);
-      if (v.w >= bk) offer_group(4 * c + 3);
+      for (int g = 0; g < G; ++g)
+        if (c0 + g * T < all_chunks) offer4(v[g], 4 * (c0 + g * T));
+    }
+    for (int e = mine ? rest + tid : n; e < n; e += T) {
+      const float x = row[e];
+      if (passes(x, e)) {
+        const int slot = atomic_add_shared(count, 1);
+        if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, e);
+      }
     }
     __syncthreads();
     m_count = lds(count);

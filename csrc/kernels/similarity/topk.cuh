@@ -1114,73 +1114,24 @@ struct TopkBlock {
 
   // MERGE=5: every key of the tile (metric applied) to the dense key matrix, [nq][dense_ld], at column tile row
   // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
-  // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors. Then the largest key of each
-  // of the warp's m16 row blocks (a group of kDenseGroup rows) per query column, to the row's group maxima
-  // (params.cuh: dense_groups_ld()). A NaN key is left out (fmaxf); a group of NaN keys only is NaN or -inf, which
-  // bounds nothing.
+  // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
   __device__ __forceinline__ void dense_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
-    static_assert(Tr::kMtStride % kDenseGroup == 0, "a group is one m16 row block");
-    // v[(mt * NT + nt) * 2 + e]: the larger key of this thread's rows g, g + 8 of block mt in column (nt, e)
-    constexpr int M0 = 2 * MT * NT, M1 = (M0 + 1) / 2, M2 = (M1 + 1) / 2, M3 = (M2 + 1) / 2;
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     float* base = p.cand_key + static_cast<long long>(tile) * BN;
-    float v[2 * M1];
-#pragma unroll
-    for (int i = M0; i < 2 * M1; ++i) v[i] = -f32_inf();
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = query_col(nt, e, t);
-        const bool live = q0 + col < p.nq;
+        if (q0 + col >= p.nq) continue;
         float* dst = base + static_cast<long long>(q0 + col) * p.dense_ld;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          float m = -f32_inf();
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (!rt.valid[mt][h]) continue;
-            const float key = key_raw(mma, rt, mt, nt, h, e);
-            if (!kTrace && live) dst[row_of(mt, h, g)] = key;
-            m = fmaxf(m, key);
-          }
-          v[(mt * NT + nt) * 2 + e] = m;
-        }
+          for (int h = 0; h < 2; ++h)
+            if (!kTrace && rt.valid[mt][h]) dst[row_of(mt, h, g)] = key_raw(mma, rt, mt, nt, h, e);
       }
-    }
-    // The maxima over the 8 lane groups g (lane bits 2..4), reduced and scattered: at each level a lane keeps one
-    // half of its values and takes its partner's maxima of that half (M1 + M2 + M3 shuffles, not 3 M0), so that
-    // each lane ends with M3 of them, stored by every lane.
-    const bool b1 = lane & 4, b2 = lane & 8, b3 = lane & 16;
-    float v1[2 * M2];
-#pragma unroll
-    for (int j = 0; j < M1; ++j) {
-      const float keep = b1 ? v[j + M1] : v[j], give = b1 ? v[j] : v[j + M1];
-      v1[j] = fmaxf(keep, shfl_xor_f(give, 4));
-    }
-#pragma unroll
-    for (int j = M1; j < 2 * M2; ++j) v1[j] = -f32_inf();
-    float v2[2 * M3];
-#pragma unroll
-    for (int j = 0; j < M2; ++j) {
-      const float keep = b2 ? v1[j + M2] : v1[j], give = b2 ? v1[j] : v1[j + M2];
-      v2[j] = fmaxf(keep, shfl_xor_f(give, 8));
-    }
-#pragma unroll
-    for (int j = M2; j < 2 * M3; ++j) v2[j] = -f32_inf();
-    const int row0 = tile * BN + row_base;  // the warp's first row (chunk-local), a multiple of kDenseGroup
-    const int gld = static_cast<int>(dense_groups_ld(p.n));
-#pragma unroll
-    for (int j = 0; j < M3; ++j) {
-      const float keep = b3 ? v2[j + M3] : v2[j], give = b3 ? v2[j] : v2[j + M3];
-      const float gmax = fmaxf(keep, shfl_xor_f(give, 16));
-      // the value this is: index i2 of v2, i1 of v1, i0 of v (past M2, M1 or M0: padding)
-      const int i2 = j + (b3 ? M3 : 0), i1 = i2 + (b2 ? M2 : 0), i0 = i1 + (b1 ? M1 : 0);
-      const int mt = i0 / (2 * NT), col = query_col(i0 / 2 % NT, i0 & 1, t);
-      if (!kTrace && i2 < M2 && i1 < M1 && i0 < M0 && q0 + col < p.nq && row0 + mt * Tr::kMtStride < p.n)
-        p.cand_key[static_cast<long long>(p.nq) * p.dense_ld + static_cast<long long>(q0 + col) * gld +
-                   row0 / kDenseGroup + mt * (Tr::kMtStride / kDenseGroup)] = gmax;
     }
   }
 

@@ -145,13 +145,6 @@ def dense_ld(n: int) -> int:
     return (int(n) + 3) // 4 * 4
 
 
-def dense_groups_ld(n: int) -> int:
-    """Floats per query of the group maxima a ``MERGE=5`` search writes after its key matrix (the largest key of
-    every 16 rows, rounded up to 4): the select kernel reads these first, then only the groups that can hold the
-    top k."""
-    return int(_S.dense_groups_ld(int(n)))
-
-
 def _round8(n: int) -> int:
     return max(8, (int(n) + 7) // 8 * 8)
 
@@ -162,9 +155,8 @@ DENSE_MAX_N = 65536
 
 
 def dense_bytes(nq: int, n: int) -> int:
-    """Bytes of the dense key matrix of a ``MERGE=5`` search: nq rows of :func:`dense_ld` floats, then nq rows of
-    :func:`dense_groups_ld` group maxima."""
-    return int(nq) * (dense_ld(n) + dense_groups_ld(n)) * 4
+    """Bytes of the dense key matrix of a ``MERGE=5`` search: nq rows of :func:`dense_ld` floats."""
+    return int(nq) * dense_ld(n) * 4
 
 
 def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None = None,
@@ -519,13 +511,11 @@ class CompiledSearch:
 
     def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):
         """(cand_key, cand_idx) for one search launch: the splits' candidate lists, [splits][nq][k] float32 and
-        int32; or with ``MERGE=5`` the dense key matrix, [nq][:func:`dense_ld`] float32 (a view of the first
-        nq x dense_ld floats of a buffer of :func:`dense_bytes`: the group maxima follow it), and None."""
+        int32; or with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None."""
         import torch
 
         if self.dense:
-            buf = torch.empty(dense_bytes(nq, n) // 4, dtype=torch.float32, device=device)
-            return buf[:nq * dense_ld(n)].view(nq, dense_ld(n)), None
+            return torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device), None
         return (torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=device),
                 torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=device))
 
@@ -559,16 +549,6 @@ class CompiledSearch:
         if kind == MERGE_SELECT and (dense is None or int(num_lists) != 1):
             raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads one dense row per query (dense=(N, 0, "
                               f"row stride), num_lists=1); got num_lists={num_lists}, dense={dense}: pass kind=None")
-        if kind == MERGE_SELECT:
-            n_, stride = int(dense[0]), int(dense[2])
-            need = (nq * stride + nq * dense_groups_ld(n_)) * 4  # the key rows, then the group maxima
-            have = cand_key.untyped_storage().nbytes() - cand_key.storage_offset() * 4
-            if stride < dense_ld(n_) or stride % 4 or cand_key.data_ptr() % 16 or have < need:
-                raise InputError(f"merge kind {MERGE_SELECT} (select) reads {nq} rows of N={n_} keys, 16-byte "
-                                 f"aligned (row stride {stride}: a multiple of 4, at least {dense_ld(n_)}; the "
-                                 f"matrix at byte {cand_key.data_ptr() % 16} of 16), and their group maxima after "
-                                 f"them ({need} bytes in all; the tensor's storage holds {have} from it): pass the "
-                                 f"key matrix a MERGE=5 search wrote, from candidate_buffers()")
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
