@@ -469,6 +469,18 @@ def test_dense_search_rule_space_and_limits():
     assert S.topk_smem_bytes(cfg, 0, 2, 10) == S.topk_smem_bytes(cfg, 0, 0, 10) + 2 * 128 * 4
 
 
+def test_merge_launch_is_programmatic_from_sm_90():
+    """The merge (or select) launch that follows a search is a programmatic dependent launch where the GPU has PDL
+    (sm_90): its kernels wait for the search in the kernel (griddepcontrol.wait), so an arch without it must not ask
+    for it."""
+    sim = _sim()
+    assert [sim._arch_number(a) for a in ("sm_80", "sm_86", "sm_90", "sm_90a", "sm_100a")] == [80, 86, 90, 90, 100]
+    dense = sim.default_config(100, 10, "float16", 768, arch="sm_90", n=65536)
+    assert sim.compile_search(dense, dtype="float16", arch="sm_90").programmatic_merge
+    older = dict(sim.default_config(1, 10, "float16", 768, arch="sm_80"), MERGE=5)
+    assert not sim.compile_search(older, dtype="float16", arch="sm_80").programmatic_merge
+
+
 def test_dense_configs_compile_without_spills():
     """The dense default (128-row ping-pong tiles) and its 192-row variant compile clean for every metric on sm_90, an
     mma.sync dense config on sm_80, and the select kernel stays within 64 registers (1024 threads)."""

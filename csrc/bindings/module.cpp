@@ -42,7 +42,7 @@ std::array<unsigned, 3> dims3(const py::object& o, const char* what) {
 }
 
 LaunchDims make_dims(const py::object& grid, const py::object& block, long long smem,
-                     const py::object& cluster = py::int_(1)) {
+                     const py::object& cluster = py::int_(1), bool programmatic = false) {
     if (smem < 0) throw ConfigError("shared memory = " + std::to_string(smem) + " bytes must be >= 0");
     LaunchDims dims;
     auto g = dims3(grid, "grid"), b = dims3(block, "block"), c = dims3(cluster, "cluster");
@@ -56,6 +56,7 @@ LaunchDims make_dims(const py::object& grid, const py::object& block, long long 
                               std::to_string(dims.cluster[i]) + ": a grid holds whole clusters");
     }
     dims.smem = unsigned(smem);
+    dims.programmatic = programmatic;
     return dims;
 }
 
@@ -307,16 +308,19 @@ PYBIND11_MODULE(_core, m) {
              py::arg("dynamic_smem"), py::arg("cluster"),
              "Clusters of `cluster` blocks the GPU holds at once (cuOccupancyMaxActiveClusters).")
         .def("launch", [](Function& f, py::object grid, py::object block, long long smem, unsigned long long stream,
-                          ArgPack& args, py::object cluster) {
-            LaunchDims dims = make_dims(grid, block, smem, cluster);
+                          ArgPack& args, py::object cluster, bool programmatic) {
+            LaunchDims dims = make_dims(grid, block, smem, cluster, programmatic);
             launch(f, dims, reinterpret_cast<CUstream>(stream), args);
         }, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("stream"), py::arg("args"),
-             py::arg("cluster") = 1, "Launch on `stream`; `cluster` (int or up to 3 ints) > 1 launches thread-block "
-             "clusters (the grid must hold whole clusters).")
+             py::arg("cluster") = 1, py::arg("programmatic") = false,
+             "Launch on `stream`; `cluster` (int or up to 3 ints) > 1 launches thread-block clusters (the grid must "
+             "hold whole clusters); `programmatic` (sm_90) lets the kernel start before the stream's previous kernel "
+             "has finished: the kernel must wait for its results itself (griddepcontrol.wait).")
         .def("prepare", [](std::shared_ptr<Function> f, py::object grid, py::object block, long long smem,
-                           const ArgPack& args, py::object cluster) {
-            return std::make_shared<PreparedLaunch>(f, make_dims(grid, block, smem, cluster), args);
-        }, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("args"), py::arg("cluster") = 1);
+                           const ArgPack& args, py::object cluster, bool programmatic) {
+            return std::make_shared<PreparedLaunch>(f, make_dims(grid, block, smem, cluster, programmatic), args);
+        }, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("args"), py::arg("cluster") = 1,
+             py::arg("programmatic") = false, "The launch of `launch`, resolved once (PreparedLaunch).");
 
     py::class_<Module, std::shared_ptr<Module>>(m, "Module", "A cubin loaded into the current CUDA context.")
         .def(py::init([](py::bytes cubin) { return Module::load(std::string(cubin)); }), py::arg("cubin"))

@@ -249,12 +249,20 @@ int Function::driver_occupancy(int threads, size_t dynamic_smem) {
 }
 
 namespace {
-// The cuLaunchKernelEx configuration of `dims` with its cluster dimension (`attr` holds the attribute it points to).
-CUlaunchConfig cluster_launch_config(const LaunchDims& dims, CUstream stream, CUlaunchAttribute& attr) {
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = dims.cluster[0];
-    attr.value.clusterDim.y = dims.cluster[1];
-    attr.value.clusterDim.z = dims.cluster[2];
+// The cuLaunchKernelEx configuration of `dims`: its cluster dimension and, when asked, programmatic stream
+// serialization (`attrs` holds the attributes it points to).
+CUlaunchConfig ex_launch_config(const LaunchDims& dims, CUstream stream, CUlaunchAttribute (&attrs)[2]) {
+    unsigned n = 0;
+    attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[n].value.clusterDim.x = dims.cluster[0];
+    attrs[n].value.clusterDim.y = dims.cluster[1];
+    attrs[n].value.clusterDim.z = dims.cluster[2];
+    ++n;
+    if (dims.programmatic) {
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[n].value.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
     CUlaunchConfig cfg{};
     cfg.gridDimX = dims.grid[0];
     cfg.gridDimY = dims.grid[1];
@@ -264,8 +272,8 @@ CUlaunchConfig cluster_launch_config(const LaunchDims& dims, CUstream stream, CU
     cfg.blockDimZ = dims.block[2];
     cfg.sharedMemBytes = dims.smem;
     cfg.hStream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = n;
     return cfg;
 }
 }  // namespace
@@ -280,8 +288,8 @@ int Function::driver_max_active_clusters(int threads, size_t dynamic_smem, int c
     dims.grid[1] = dims.cluster[1] = static_cast<unsigned>(cluster);
     dims.block[0] = static_cast<unsigned>(threads);
     dims.smem = static_cast<unsigned>(dynamic_smem);
-    CUlaunchAttribute attr{};
-    CUlaunchConfig cfg = cluster_launch_config(dims, nullptr, attr);
+    CUlaunchAttribute attrs[2]{};
+    CUlaunchConfig cfg = ex_launch_config(dims, nullptr, attrs);
     int clusters = 0;
     check(driver().cuOccupancyMaxActiveClusters(&clusters, fn_, &cfg), "cuOccupancyMaxActiveClusters");
     return clusters;
@@ -305,19 +313,19 @@ std::vector<void*> ArgPack::pointers() {
 }
 
 namespace {
-// cuLaunchKernel, or with a thread-block cluster cuLaunchKernelEx with the cluster dimension attribute.
+// cuLaunchKernel, or with a thread-block cluster or a programmatic launch cuLaunchKernelEx with their attributes.
 void launch_dims(CUfunction fn, const LaunchDims& dims, CUstream stream, void** params) {
-    if (!dims.clustered()) {
+    if (!dims.extended()) {
         check(driver().cuLaunchKernel(fn, dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0], dims.block[1],
                                       dims.block[2], dims.smem, stream, params, nullptr),
               "cuLaunchKernel");
         return;
     }
     if (!driver().cuLaunchKernelEx)
-        throw NoDeviceError("this CUDA driver has no cuLaunchKernelEx (thread-block clusters need CUDA 12 and an "
-                            "sm_90 GPU)", "cuLaunchKernelEx", 0);
-    CUlaunchAttribute attr{};
-    const CUlaunchConfig cfg = cluster_launch_config(dims, stream, attr);
+        throw NoDeviceError("this CUDA driver has no cuLaunchKernelEx (thread-block clusters and programmatic launches "
+                            "need CUDA 12 and an sm_90 GPU)", "cuLaunchKernelEx", 0);
+    CUlaunchAttribute attrs[2]{};
+    const CUlaunchConfig cfg = ex_launch_config(dims, stream, attrs);
     check(driver().cuLaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
 }
 }  // namespace

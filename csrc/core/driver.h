@@ -101,7 +101,12 @@ struct LaunchDims {
     unsigned block[3] = {1, 1, 1};
     unsigned smem = 0;
     unsigned cluster[3] = {1, 1, 1};  // thread-block cluster (sm_90): more than one block -> cuLaunchKernelEx
+    // Programmatic dependent launch (sm_90, cuLaunchKernelEx): the kernel may start once every block of the kernel
+    // before it in the stream has started (and signalled, griddepcontrol.launch_dependents) or exited, before that
+    // kernel has finished; it must wait for that kernel's results itself (griddepcontrol.wait, common/pdl.cuh).
+    bool programmatic = false;
     bool clustered() const { return cluster[0] * cluster[1] * cluster[2] > 1; }
+    bool extended() const { return clustered() || programmatic; }  // needs cuLaunchKernelEx
 };
 
 void launch(Function& fn, const LaunchDims& dims, CUstream stream, ArgPack& args);

@@ -78,6 +78,7 @@ constexpr int kSortedMergeLoads = 8;
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_constant__ MergeParams p) {
   constexpr int R = kSortedMergeRounds, U = kSortedMergeLoads;
+  pdl_wait_prior_grid();  // a programmatic launch after the search: its lists are complete from here on
   extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
   constexpr int KEPT = kSortedMergeKept;
   float* bkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [KEPT] kept entries not yet merged

@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   int* bar_idx = count + 2;
   float* qnorm = reinterpret_cast<float*>(count + 3);
 
+  pdl_wait_prior_grid();  // a programmatic launch after the search: its key matrix is complete from here on
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k, n = p.list_len;

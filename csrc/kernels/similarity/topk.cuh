@@ -57,6 +57,7 @@
 #pragma once
 
 #include "common/cluster.cuh"
+#include "common/pdl.cuh"
 #include "common/mbarrier.cuh"
 #include "common/setmaxnreg.cuh"
 #include "common/tma.cuh"
@@ -1591,6 +1592,9 @@ __global__ void __launch_bounds__(Tr::kLaunchThreads, Tr::kMinBlocks) similarity
   // 1024-byte alignment: the wgmma path's SWIZZLE_128B atoms (the kernels declare no static shared memory, so
   // the dynamic window starts at its base)
   extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
+  // A merge or select kernel launched programmatically after this one may be scheduled once every block of this grid
+  // has got here (common/pdl.cuh): it takes the SMs these blocks leave and waits for this grid's results.
+  pdl_launch_dependents();
   TopkBlock<Tr> blk(p, tunelab_similarity_smem);
   blk.run();
 }
@@ -1655,6 +1659,7 @@ __device__ __forceinline__ void write_merged(const MergeParams& p, int q, int r,
 template <int DTYPE, int METRIC, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_constant__ MergeParams p) {
   static_assert(WARPS >= 1 && WARPS <= 16, "1..16 warps");
+  pdl_wait_prior_grid();  // a programmatic launch after the search: its lists are complete from here on
   extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
   constexpr int R = kMergeR;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -1764,6 +1769,7 @@ __global__ void __launch_bounds__(WARPS * 32) similarity_merge(const __grid_cons
 template <int DTYPE, int METRIC, int KC>
 __global__ void __launch_bounds__(kMergeListWarps * 32) similarity_merge_lists(const __grid_constant__ MergeParams p) {
   constexpr int WARPS = kMergeListWarps, R = 4;
+  pdl_wait_prior_grid();  // a programmatic launch after the search: its lists are complete from here on
   extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);

@@ -104,6 +104,11 @@ def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma
 WGMMA_ARCHS = ("sm_90", "sm_90a")
 
 
+def _arch_number(arch: str) -> int:
+    """The compute capability of an arch name as one number: 90 for ``sm_90`` and ``sm_90a``, 80 for ``sm_80``."""
+    return int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()) or 0)
+
+
 def wgmma_supported(arch: str) -> bool:
     """True when ``arch`` runs the search's wgmma main loops (``MMA`` 1, 2, 3): Hopper, sm_90."""
     return arch in WGMMA_ARCHS
@@ -593,8 +598,16 @@ class CompiledSearch:
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=self.cluster_dims)
         grid, block, smem, pack, kind = self.final_merge_args(cand_key, cand_idx, queries, k, n, plan, scores, indices,
                                                               kind=merge_kind)
-        p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack)
+        p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack, programmatic=self.programmatic_merge)
         return p1, p2
+
+    @property
+    def programmatic_merge(self) -> bool:
+        """Whether :meth:`prepare`'s merge (or select) launch is a programmatic dependent launch (sm_90 and later):
+        it may start while the search's last blocks still run, and waits for their results in the kernel
+        (``kernels/common/pdl.cuh``), which hides its launch behind the search's tail. Launch it right after the
+        search, on the same stream."""
+        return _arch_number(self.arch) >= 90
 
 
 _COMPILED: dict[tuple, Any] = {}
