@@ -13,8 +13,9 @@ mode that only runs the loop, for Nsight Compute:
         --launch-count 1 -o sel python3 benchmarks/similarity_select_probe.py ncu
     ncu --import sel.ncu-rep --page details; ncu --import sel.ncu-rep --page source --print-source sass --csv
 
-``results/similarity_select_timeline_h100.json`` came from this script's first form (the same measurement, written
-without the environment fingerprint; its device and commit were added from the same call's log).
+Since 23c0f56 the select kernel is a programmatic dependent launch (sm_90): it starts while the search still runs
+and waits for it inside, so its span includes that wait and the search-to-select gap is negative. The figure to
+compare across versions is ``search_start_to_select_end_us``, one call's two kernels end to end.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def main() -> int:
            "search_us": statistics.median(b - a for a, b in search),
            "select_us": statistics.median(b - a for a, b in select),
            "gap_search_to_select_us": statistics.median(s[0] - a[1] for a, s in zip(search, select)),
-           "gap_select_to_next_search_us": statistics.median(a[0] - s[1] for s, a in zip(select, search[1:]))}
+           "gap_select_to_next_search_us": statistics.median(a[0] - s[1] for s, a in zip(select, search[1:])),
+           "search_start_to_select_end_us": statistics.median(s[1] - a[0] for a, s in zip(search, select))}
     path = write_result("similarity_select_timeline", out)
     print(f"wrote {path}")
     print("  ".join(f"{key} {value:.2f}" for key, value in out.items() if key.endswith("_us")))
