@@ -249,8 +249,9 @@ int Function::driver_occupancy(int threads, size_t dynamic_smem) {
 }
 
 namespace {
-// The cuLaunchKernelEx configuration of `dims`: its cluster dimension and, when asked, programmatic stream
-// serialization (`attrs` holds the attributes it points to).
+// The cuLaunchKernelEx configuration of `dims`: its cluster dimension (1 x 1 x 1 for a launch without clusters, which
+// sm_90 takes as it takes a plain launch) and, when asked, programmatic stream serialization (`attrs` holds the
+// attributes it points to).
 CUlaunchConfig ex_launch_config(const LaunchDims& dims, CUstream stream, CUlaunchAttribute (&attrs)[2]) {
     unsigned n = 0;
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;

@@ -57,8 +57,8 @@
 #pragma once
 
 #include "common/cluster.cuh"
-#include "common/pdl.cuh"
 #include "common/mbarrier.cuh"
+#include "common/pdl.cuh"
 #include "common/setmaxnreg.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
