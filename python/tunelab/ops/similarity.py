@@ -104,11 +104,6 @@ def _cfg(bn, bq, bk, wn, wq, stages, vec=16, merge=2, epi=128, min_blocks=1, mma
 WGMMA_ARCHS = ("sm_90", "sm_90a")
 
 
-def _arch_number(arch: str) -> int:
-    """The compute capability of an arch name as one number: 90 for ``sm_90`` and ``sm_90a``, 80 for ``sm_80``."""
-    return int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()) or 0)
-
-
 def wgmma_supported(arch: str) -> bool:
     """True when ``arch`` runs the search's wgmma main loops (``MMA`` 1, 2, 3): Hopper, sm_90."""
     return arch in WGMMA_ARCHS
@@ -607,7 +602,7 @@ class CompiledSearch:
         it may start while the search's last blocks still run, and waits for their results in the kernel
         (``kernels/common/pdl.cuh``), which hides its launch behind the search's tail. Launch it right after the
         search, on the same stream."""
-        return _arch_number(self.arch) >= 90
+        return tuple(_core.arch_limits(self.arch)["compute_capability"]) >= (9, 0)
 
 
 _COMPILED: dict[tuple, Any] = {}
