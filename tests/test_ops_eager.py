@@ -7,6 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.overrides import TorchFunctionMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 from tunelab.ops import eager  # noqa: E402
 
 
@@ -48,34 +51,34 @@ def test_autograd_inputs_keep_the_dispatcher():
     assert not eager.direct_call_ok(torch.zeros(3, 4), torch.ones(5, 4, requires_grad=True))
 
 
-def test_fake_tensors_and_dispatch_modes_keep_the_dispatcher():
+def test_fake_tensors_keep_the_dispatcher():
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(torch.zeros(3, 4))
         assert not eager.direct_call_ok(fake)
 
-    class Passthrough(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
 
+class _DispatchPassthrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _FunctionPassthrough(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("mode", [_DispatchPassthrough, _FunctionPassthrough])
+def test_dispatch_and_function_modes_keep_the_dispatcher(mode):
     x = torch.zeros(3, 4)
-    with Passthrough():
+    with mode():
         assert not eager.direct_call_ok(x)
     assert eager.direct_call_ok(x)
 
 
-def test_function_modes_and_vmap_keep_the_dispatcher():
-    from torch.overrides import TorchFunctionMode
-
-    class Passthrough(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
+def test_vmap_keeps_the_dispatcher():
     x = torch.zeros(3, 4)
-    with Passthrough():
-        assert not eager.direct_call_ok(x)
     seen = []
     torch.vmap(lambda row: (seen.append(eager.direct_call_ok(row)), row.sum())[1])(x)
     assert seen == [False]
