@@ -323,8 +323,9 @@ void launch_dims(CUfunction fn, const LaunchDims& dims, CUstream stream, void** 
         return;
     }
     if (!driver().cuLaunchKernelEx)
-        throw NoDeviceError("this CUDA driver has no cuLaunchKernelEx (thread-block clusters and programmatic launches "
-                            "need CUDA 12 and an sm_90 GPU)", "cuLaunchKernelEx", 0);
+        throw NoDeviceError("this CUDA driver has no cuLaunchKernelEx, which a launch with thread-block clusters or a "
+                            "programmatic (dependent) launch needs (the similarity ops make one on sm_90): install an "
+                            "NVIDIA driver for CUDA 12 or later", "cuLaunchKernelEx", 0);
     CUlaunchAttribute attrs[2]{};
     const CUlaunchConfig cfg = ex_launch_config(dims, stream, attrs);
     check(driver().cuLaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
