@@ -45,8 +45,9 @@ class Prepared:
 
         dev = q.device.index or 0
         nq, n = q.shape[0], c.shape[0]
-        self.config = sim.fit_config(cfg, K, "float16", sim.smem_limit(sim._arch(dev)), "ip")
-        self.cs = sim.compile_search(self.config, dtype="float16", metric="ip", arch=sim._arch(dev))
+        dtype = str(q.dtype).removeprefix("torch.")
+        self.config = sim.fit_config(cfg, K, dtype, sim.smem_limit(sim._arch(dev)), "ip")
+        self.cs = sim.compile_search(self.config, dtype=dtype, metric="ip", arch=sim._arch(dev))
         self.plan = self.cs.plan(dev, nq, n, K)
         self.ck, self.ci = self.cs.candidate_buffers(self.plan, nq, n, K, q.device)
         self.scores = torch.empty((nq, K), dtype=torch.float32, device=q.device)
