@@ -559,6 +559,21 @@ def test_max_vec():
     assert S.max_vec(2, [0, 4], [3, 3], 3) == 4
 
 
+def test_short_tiles_for_few_queries_over_small_corpora():
+    """16-bit searches of at most 8 queries over at most SHORT_TILES_MAX_N rows tile 128 corpus rows (at N = 50K,
+    256-row tiles make 98 splits of two and leave a third of the SMs idle); fp32, larger corpora and streamed
+    searches (no n) keep 256 rows, and the short tiles compile without spills."""
+    sim = _sim()
+    bn = lambda nq, n, dt="float16": sim.default_config(nq, 10, dt, 768, arch="sm_90", n=n)["BLOCK_N"]  # noqa: E731
+    assert sim.SHORT_TILES_MAX_N == 262144
+    assert bn(1, 65536) == bn(8, 262144) == bn(1, 65536, "bfloat16") == 128
+    assert bn(1, 524288) == bn(1, 65536, "float32") == bn(1, None) == 256
+    cfg = sim.default_config(1, 10, "bfloat16", 768, arch="sm_90", n=65536)
+    assert (cfg["WARPS_N"], cfg["MMA"]) == (8, 0)
+    r = sim.compile_search(cfg, dtype="bfloat16", metric="l2", arch="sm_90").resources
+    assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (cfg, r)
+
+
 def test_default_configs_fit_every_k_and_arch():
     sim = _sim()
     # two lists of k (key, index) pairs for at least 8 queries: k = 1024 needs 128 KiB, more than sm_86 has

@@ -154,6 +154,11 @@ def _round8(n: int) -> int:
 DENSE_MAX_N = 65536
 
 
+#: The largest corpus (the store bucket's N) for which the default config of 16-bit searches of at most 8 queries
+#: tiles 128 corpus rows instead of 256 (see :func:`default_config`).
+SHORT_TILES_MAX_N = 262144
+
+
 def dense_bytes(nq: int, n: int) -> int:
     """Bytes of the dense key matrix of a ``MERGE=5`` search: nq rows of :func:`dense_ld` floats."""
     return int(nq) * dense_ld(n) * 4
@@ -168,7 +173,12 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     an SM's shared memory delivers) and bytes in flight (memory-bound cases):
 
     * nq <= 8 (memory-bound, one n8 query tile): 256-row corpus tiles over 8 warps, 256-byte row slices,
-      3 stages (~130 KB of corpus in flight per SM).
+      3 stages (~130 KB of corpus in flight per SM). 16-bit inputs up to :data:`SHORT_TILES_MAX_N` rows take
+      128-row tiles: at N = 50K the 256-row tiles make 196 tiles, 98 splits of two, so a third of the SMs stream
+      nothing. Measured on an H100 at nq = 1 (benchmarks/similarity_small_nq.py,
+      results/similarity_small_nq_h100_a767144.json, search then merge): fp16 46.4 against 48.9 us at 50K,
+      121.6 against 123.5 at 200K, 524.2 against 520.0 at 1M (256 rows stay); fp32 78.7 against 79.5 at 50K
+      but 251.8 against 229.0 at 200K, so fp32 keeps 256 rows.
     * 8 < nq <= 112 (memory-bound at large N, arithmetic close behind): all queries of a block in one tile
       (BLOCK_Q = nq rounded up to 16), 256-row tiles, 4 x 2 warps of 64 rows x BLOCK_Q/2 queries, 128-byte
       slices, 3 stages.
@@ -231,7 +241,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     lists_hold_k = k <= _S.thread_list_capacity(3)  # MERGE=3's 16-entry thread lists
     pingpong = wgmma and lists_hold_k  # MMA=3 keeps thread lists
     if nq <= 8:
-        cfg = _cfg(256 if big else 128, 8, 256 // eb, 8, 1, 3)
+        short = not big or (eb == 2 and n is not None and n <= SHORT_TILES_MAX_N)
+        cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112 and wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 112 and pingpong:

@@ -436,10 +436,10 @@ class SimilarityFamily(TunableFamily):
         return build_space(problem)
 
     def default_config(self, problem: Any) -> Config:
-        """The documented search default for nq, k, dtype and d on the current GPU's arch, limited to the
-        space's parameters."""
+        """The documented search default for the problem on the current GPU's arch, limited to the space's
+        parameters: what the op runs untuned (its store bucket's N, as ``ops.similarity.resolve_config`` passes)."""
         p = as_problem(problem)
-        cfg = _ops().default_config(p.nq, p.k, p.torch_dtype, p.d)  # for the current GPU's arch
+        cfg = _ops().default_config(p.nq, p.k, p.torch_dtype, p.d, n=next_pow2(p.n))  # the current GPU's arch
         return {name: cfg[name] for name in self.space(p).names}
 
     def static_gates(self, config: Config, problem: Any, arch: str | None = None) -> list[Rejection]:
