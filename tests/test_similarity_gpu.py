@@ -335,12 +335,26 @@ def test_tma_main_loop_needs_16_byte_rows():
     assert torch.equal(i, i0)
 
 
-def test_nan_rows_never_enter():
+@pytest.mark.parametrize("bad", ["nan", "nan_bits", "inf", "1e35"])
+def test_nan_rows_never_enter(bad):
+    """Rows holding a NaN (torch's, or the 0x7fffffff that GPU arithmetic makes), an inf, or an fp32 value past the
+    tf32 split's range (~4.2e34) score NaN and never enter the results."""
     sim = _sim()
     q, c = _inputs("float32", nq=4, n=1000, d=64)
-    c[::3, 5] = float("nan")
+    if bad == "nan_bits":
+        c[::3, 5] = torch.tensor(0x7FFFFFFF, dtype=torch.int32, device=c.device).view(torch.float32)
+    else:
+        c[::3, 5] = {"nan": float("nan"), "inf": float("inf"), "1e35": 1e35}[bad]
     scores, idx = sim.similarity_search(q, c, 10)
     assert bool((idx % 3 != 0).all()) and bool(torch.isfinite(scores).all())
+
+
+def test_large_fp32_values_below_the_split_limit_rank_normally():
+    sim = _sim()
+    q, c = _inputs("float32", nq=4, n=1000, d=64)
+    c[7] = 1e30 * torch.sign(q[0])
+    scores, idx = sim.similarity_search(q, c, 10)
+    assert int(idx[0, 0]) == 7 and float(scores[0, 0]) > 1e30 and bool(torch.isfinite(scores[0, 0]))
 
 
 @pytest.mark.parametrize("pinned", [True, False])

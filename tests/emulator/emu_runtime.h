@@ -62,6 +62,15 @@ inline unsigned __float_as_uint(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+// One rounded IEEE operation each, never contracted into an FMA (as the device intrinsics of the same names).
+inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+inline float __fadd_rn(float a, float b) {
+  volatile float r = a + b;
+  return r;
+}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 using std::fmaf;
 using std::fmaxf;

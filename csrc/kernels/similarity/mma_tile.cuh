@@ -3,9 +3,10 @@
 // operands with the reduction dimension contiguous: corpus/queries for search, states for Gram).
 //
 // Element types: fp16 and bf16 use mma.m16n8k16 (exact products, fp32 accumulation). fp32 uses 3xTF32:
-// x = hi + lo with hi = tf32(x), lo = tf32(x - hi), and a*b ~= a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, three
-// m16n8k8 tf32 MMAs. The dropped a_lo*b_lo term and the rounding of lo are ~2^-22 relative per product; plain
-// 1xTF32 (2^-11 per product) would reorder near neighbours and is deliberately not offered.
+// x = hi + lo (split_tf32: hi is x rounded to tf32's 11 significant bits, lo = x - hi exactly), and
+// a*b ~= a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, three m16n8k8 tf32 MMAs. The dropped a_lo*b_lo term and the MMA's
+// truncation of lo are ~2^-22 relative per product; plain 1xTF32 (2^-11 per product) would reorder near
+// neighbours and is deliberately not offered.
 // Accumulation: the tensor core adds into its C operand with truncation (round toward zero), so a running sum
 // kept inside the MMAs drifts by ~2^-23 of the *running* total at every one of the 3 * d / 8 MMAs - a bias that
 // grows linearly with d (measured on the H200: Gram error 3.5x cuBLAS's FP32-FMA error at 2 * 96 real columns,
@@ -35,6 +36,23 @@ __device__ __forceinline__ void tf32x3_step(float (&c)[4], const unsigned (&ah)[
   mma_tf32_m16n8k8(part, ah, bh[0], bh[1]);
 #pragma unroll
   for (int i = 0; i < 4; ++i) c[i] += part[i];
+}
+
+// fp32 -> (hi, lo) for 3xTF32 by Veltkamp's split: c = 8193 x, hi = c - (c - x) is x rounded to 11 significant
+// bits (nearest, ties to even), which the tf32 MMA reads exactly; lo = x - hi is exact and has at most 12
+// significant bits, of which the MMA reads 11 (truncation: at most 2^-22 of x). Four FP32 instructions, where two
+// cvt.rna.tf32 (ptxas emulates each with an add, an |x| >= inf test, a select and a mask) and the subtraction took
+// seven: at nq <= 8 the fp32 main loop is bound by its instruction issue, not by memory (ncu on an H100:
+// results/ncu_similarity_fp32_nq1_h100.txt; with this split 21% fewer instructions, 13% faster over an
+// L2-resident corpus and 12% on the complex64 Gram kernel, README). The _rn intrinsics keep the compiler from
+// contracting the product into an FMA, which would break the split. NaN stays NaN, inf gives NaN (as the cvt
+// split did, through lo), and so does any |x| above FLT_MAX / 8193 (~4.2e34), where c overflows: such an element
+// never yields a finite key or Gram entry.
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+  const float c = __fmul_rn(x, 8193.0f);
+  const float h = __fadd_rn(c, -__fadd_rn(c, -x));
+  hi = __float_as_uint(h);
+  lo = __float_as_uint(__fadd_rn(x, -h));
 }
 
 template <int DTYPE>
@@ -202,19 +220,13 @@ struct WarpMma {
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float x = __uint_as_float(a[mt][e]);
-          ah[mt][e] = to_tf32(x);
-          al[mt][e] = to_tf32(x - __uint_as_float(ah[mt][e]));
+          split_tf32(__uint_as_float(a[mt][e]), ah[mt][e], al[mt][e]);
         }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         unsigned bh[2], bl[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = __uint_as_float(b[nt][e]);
-          bh[e] = to_tf32(x);
-          bl[e] = to_tf32(x - __uint_as_float(bh[e]));
-        }
+        for (int e = 0; e < 2; ++e) split_tf32(__uint_as_float(b[nt][e]), bh[e], bl[e]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) tf32x3(acc[mt][nt], ah[mt], al[mt], bh, bl);
         if constexpr (COMPLEX) {
@@ -225,9 +237,7 @@ struct WarpMma {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const unsigned partner = shfl_xor_u(b[nt][e], 1);
-            const float x = __uint_as_float(odd ? (partner ^ 0x80000000u) : partner);
-            rh[e] = to_tf32(x);
-            rl[e] = to_tf32(x - __uint_as_float(rh[e]));
+            split_tf32(__uint_as_float(odd ? (partner ^ 0x80000000u) : partner), rh[e], rl[e]);
           }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) tf32x3(acc_im[mt][nt], ah[mt], al[mt], rh, rl);
