@@ -48,6 +48,8 @@ TOPK_CONFIGS = [
     (0, 0, 64, 16, 32, 2, 2, 3, 16, 5, 128, 1),       # fp16 ip, mma.sync
     (1, 2, 128, 24, 64, 4, 1, 3, 16, 5, 128, 1, 1),   # bf16 l2, wgmma (norms by ldmatrix)
     (2, 1, 64, 16, 32, 2, 2, 3, 4, 5, 128, 1),        # fp32 cosine, 4-byte copies (odd d)
+    # fp32 with more than 112 accumulator and norm registers a thread: the cvt tf32 split (WarpMma::kCvtSplit)
+    (2, 1, 128, 64, 32, 2, 1, 2, 16, 2, 128, 1),      # fp32 cosine, 64 x 64 warp tiles: 128 accumulators
 ]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
 #: the first two thread-list ones, the per-thread bound selection and two dense ones

@@ -48,11 +48,21 @@ __device__ __forceinline__ void tf32x3_step(float (&c)[4], const unsigned (&ah)[
 // contracting the product into an FMA, which would break the split. NaN stays NaN, inf gives NaN (as the cvt
 // split did, through lo), and so does any |x| above FLT_MAX / 8193 (~4.2e34), where c overflows: such an element
 // never yields a finite key or Gram entry.
+//
+// CVT = true: the split by two cvt.rna.tf32 instead (ties away, lo rounded too: the same 2^-22 order). Veltkamp's
+// keeps more values live while it runs, and next to 112 accumulators plus row norms (fp32 cosine and l2 at
+// nq = 100: 255 registers) it spilled, so WarpMma keeps the cvt split for tiles that large (kCvtSplit).
+template <bool CVT = false>
 __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
-  const float c = __fmul_rn(x, 8193.0f);
-  const float h = __fadd_rn(c, -__fadd_rn(c, -x));
-  hi = __float_as_uint(h);
-  lo = __float_as_uint(__fadd_rn(x, -h));
+  if constexpr (CVT) {
+    hi = to_tf32(x);
+    lo = to_tf32(x - __uint_as_float(hi));
+  } else {
+    const float c = __fmul_rn(x, 8193.0f);
+    const float h = __fadd_rn(c, -__fadd_rn(c, -x));
+    hi = __float_as_uint(h);
+    lo = __float_as_uint(__fadd_rn(x, -h));
+  }
 }
 
 template <int DTYPE>
@@ -110,6 +120,8 @@ struct WarpMma {
   static_assert(!COMPLEX || DTYPE == kC64, "complex accumulation needs complex64 inputs");
   static constexpr int kMTi = COMPLEX ? MT : 1;
   static constexpr int kNTi = COMPLEX ? NT : 1;
+  // the cvt split where Veltkamp's would spill (split_tf32): more than 112 accumulator and norm registers
+  static constexpr bool kCvtSplit = MT * NT * 4 * (COMPLEX ? 2 : 1) + (NORMS ? 2 * MT : 0) > 112;
   float acc[MT][NT][4];
   float acc_im[kMTi][kNTi][4];
   float nrm[MT][2];
@@ -220,13 +232,13 @@ struct WarpMma {
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          split_tf32(__uint_as_float(a[mt][e]), ah[mt][e], al[mt][e]);
+          split_tf32<kCvtSplit>(__uint_as_float(a[mt][e]), ah[mt][e], al[mt][e]);
         }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         unsigned bh[2], bl[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) split_tf32(__uint_as_float(b[nt][e]), bh[e], bl[e]);
+        for (int e = 0; e < 2; ++e) split_tf32<kCvtSplit>(__uint_as_float(b[nt][e]), bh[e], bl[e]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) tf32x3(acc[mt][nt], ah[mt], al[mt], bh, bl);
         if constexpr (COMPLEX) {
@@ -237,7 +249,7 @@ struct WarpMma {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const unsigned partner = shfl_xor_u(b[nt][e], 1);
-            split_tf32(__uint_as_float(odd ? (partner ^ 0x80000000u) : partner), rh[e], rl[e]);
+            split_tf32<kCvtSplit>(__uint_as_float(odd ? (partner ^ 0x80000000u) : partner), rh[e], rl[e]);
           }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) tf32x3(acc_im[mt][nt], ah[mt], al[mt], rh, rl);

@@ -25,6 +25,14 @@ __device__ __forceinline__ int atomic_add_shared(int* p, int v) { return atomicA
 // 16-byte shared load of four consecutive floats (p 16-byte aligned).
 __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
+// fp32 -> tf32 (round to nearest, ties away: the rounding CUTLASS's 3xTF32 uses). The result is an fp32 bit
+// pattern whose low 13 mantissa bits are zero, which is what the tf32 MMA reads.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
 // D (16x8, fp32) += A (16x8, tf32, row) * B (8x8, tf32, col). Fragments (g = lane / 4, t = lane % 4):
 //   a[0]: (row g, k t)  a[1]: (row g+8, k t)  a[2]: (row g, k t+4)  a[3]: (row g+8, k t+4)
 //   b0:   (k t, col g)  b1:   (k t+4, col g)

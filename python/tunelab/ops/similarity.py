@@ -22,9 +22,10 @@ Search semantics:
   order is total, so the result is deterministic and does not depend on the config, the number of splits or the
   chunking of a streamed corpus (a streamed search returns bit-identical results to an in-memory one).
 * Arithmetic: fp16/bf16 products are exact and accumulate in fp32 (tensor cores); fp32 inputs use 3xTF32 tensor
-  cores, accurate to fp32 level, so indices agree with an fp32 reference up to ties within fp32 rounding. The
-  split of each fp32 element into its two tf32 halves overflows above ~4.2e34 in magnitude: such an element (like
-  an inf) makes its row's score NaN (the Gram kernel's entry NaN).
+  cores, accurate to fp32 level, so indices agree with an fp32 reference up to ties within fp32 rounding.
+* Range: fp32 elements above ~4.2e34 in magnitude (above ~1.8e19 for cosine and l2, whose squared norms overflow)
+  are out of range: the split of an element into its two tf32 halves, or the norm, overflows, and the row's score
+  is NaN (never returned) or meaningless. An inf element makes the score NaN.
 * Rows with a NaN score never enter the results; if fewer than k rows are left, the missing entries have index
   -1 and score -inf (ip, cosine) or +inf (l2).
 * 1 <= k <= min(N, 1024) (on GPUs with ~100 KiB of shared memory per block, sm_86/89, k up to ~380: the

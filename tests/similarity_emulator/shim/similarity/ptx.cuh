@@ -39,6 +39,13 @@ inline float4 lds4(const float* p) {
   return v;
 }
 
+// cvt.rna.tf32.f32: round the magnitude to 10 mantissa bits, ties away from zero.
+inline unsigned to_tf32(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;  // inf / NaN unchanged
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
 // m16n8k8 tf32: the MMA reads the top 19 bits of each operand; products and sums in double.
 inline void mma_tf32_m16n8k8(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   struct In {
