@@ -23,14 +23,16 @@ K=$(python3 -c "import tunelab.paths as p; print(p.kernels_dir())")/similarity
 NCU="ncu --cache-control none --clock-control none --set full -k regex:similarity_topk --launch-skip 10 --launch-count 1"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 keep=$(mktemp -d)
-cp $K/mma_tile.cuh $K/ptx.cuh "$keep"/
+cp $K/mma_tile.cuh $K/ptx.cuh "$keep"/ || exit 1
+# the installed package must not keep the before headers, whatever ends this script (a warm machine keeps them)
+trap 'cp "$keep"/mma_tile.cuh "$keep"/ptx.cuh $K/' EXIT
 for side in after before; do
-  [ $side = before ] && cp $before/mma_tile.cuh $before/ptx.cuh $K/
+  if [ $side = before ]; then cp $before/mma_tile.cuh $before/ptx.cuh $K/ || exit 1; fi
   echo "== $side"
   python3 benchmarks/similarity_fp32_compute.py --tag "${side}" 2>&1 | tee "$OUT/$side.log" | grep -v wrote
   $NCU python3 benchmarks/similarity_fp32_compute.py --ncu > "$OUT/ncu_$side.txt" 2>&1
   grep -E "Duration|Executed Instructions  |Issued Warp Per|Warp Cycles Per Issued" "$OUT/ncu_$side.txt"
 done
-cp "$keep"/mma_tile.cuh "$keep"/ptx.cuh $K/
+cp "$keep"/mma_tile.cuh "$keep"/ptx.cuh $K/ || exit 1
 echo "== pytest -m gpu tests/test_similarity_gpu.py (after)"
 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_similarity_gpu.py 2>&1 | tail -3 | tee "$OUT/pytest_similarity.txt"

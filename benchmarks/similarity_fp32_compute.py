@@ -64,7 +64,7 @@ def main() -> int:
         if nbytes > props.L2_cache_size * 0.8:
             raise SystemExit(f"--n {args.n}: the {dtype} corpus takes {nbytes / 1e6:.0f} MB, more than 80% of the "
                              f"{props.L2_cache_size / 1e6:.0f} MB L2; pass a smaller --n")
-        cfg = sim.fit_config(sim.default_config(NQ, K, dtype, D), K, dtype, sim.smem_limit(arch), "ip")
+        cfg = sim.fit_config(sim.default_config(NQ, K, dtype, D, n=args.n), K, dtype, sim.smem_limit(arch), "ip")
         cs = sim.compile_search(cfg, dtype=dtype, metric="ip", arch=arch)
         plan = cs.plan(dev, NQ, args.n, K, args.splits)
         ck, ci = cs.candidate_buffers(plan, NQ, args.n, K, q.device)

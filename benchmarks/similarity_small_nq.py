@@ -9,7 +9,7 @@ then merge or select (prepared launches, as the op launches them):
 
   read         a streaming read of the corpus (16-byte loads, nothing written): the floor
   default      default_config(1, n=N), what the op takes (the shared-list running top-k, MERGE=2)
-  BN=256       256-row tiles over 8 warps (the default at every N before SHORT_TILES_MAX_N)
+  BN=256       256-row tiles over 8 warps (the default at every N before SHORT_TILES_MAX_N was introduced)
   BN=128       128-row tiles (twice the tiles: at 50K 131 splits of three)
   BN=64        64-row tiles over 4 warps
   BN=256 dense 256-row tiles, every key to the 1 x N matrix (MERGE=5), then the select kernel

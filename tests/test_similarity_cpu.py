@@ -41,7 +41,7 @@ def test_search_space_default_is_valid_and_gated():
     fam = SimilarityFamily()
     for prob in (SearchProblem(100, 50000, 768, 10, "fp16"), SearchProblem(1, 10_000_000, 768, 10, "fp16"),
                  SearchProblem(1024, 10_000_000, 768, 10, "fp16"), SearchProblem(100, 50000, 768, 10, "fp32", "l2"),
-                 SearchProblem(37, 9000, 100, 256, "bf16", "cosine")):
+                 SearchProblem(37, 9000, 100, 256, "bf16", "cosine"), SearchProblem(1, 50000, 768, 10, "fp16")):
         space = fam.space(prob)
         cfg = fam.default_config(prob)
         ok, why = space.check(cfg)
@@ -561,7 +561,7 @@ def test_max_vec():
 
 def test_short_tiles_for_few_queries_over_small_corpora():
     """16-bit searches of at most 8 queries over at most SHORT_TILES_MAX_N rows tile 128 corpus rows (at N = 50K,
-    256-row tiles make 98 splits of two and leave a third of the SMs idle); fp32, larger corpora and streamed
+    256-row tiles make 98 splits of two and leave 34 of 132 SMs idle); fp32, larger corpora and streamed
     searches (no n) keep 256 rows, and the short tiles compile without spills."""
     sim = _sim()
     bn = lambda nq, n, dt="float16": sim.default_config(nq, 10, dt, 768, arch="sm_90", n=n)["BLOCK_N"]  # noqa: E731

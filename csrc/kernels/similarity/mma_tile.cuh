@@ -40,13 +40,14 @@ __device__ __forceinline__ void tf32x3_step(float (&c)[4], const unsigned (&ah)[
 
 // fp32 -> (hi, lo) for 3xTF32 by Veltkamp's split: c = 8193 x, hi = c - (c - x) is x rounded to 11 significant
 // bits (nearest, ties to even), which the tf32 MMA reads exactly; lo = x - hi is exact and has at most 12
-// significant bits, of which the MMA reads 11 (truncation: at most 2^-22 of x). Four FP32 instructions, where two
-// cvt.rna.tf32 (ptxas emulates each with an add, an |x| >= inf test, a select and a mask) and the subtraction took
-// seven: at nq <= 8 the fp32 main loop is bound by its instruction issue, not by memory (ncu on an H100:
-// results/ncu_similarity_fp32_nq1_h100.txt; with this split 21% fewer instructions, 13% faster over an
-// L2-resident corpus and 12% on the complex64 Gram kernel, README). The _rn intrinsics keep the compiler from
+// significant bits, of which the MMA reads 11 (truncation: at most 2^-22 of x). (For |x| below ~2^-104 hi
+// keeps bits under tf32's subnormal grid, which the MMA drops: an absolute error below 2^-136 |b|.) Four FP32
+// instructions, where two cvt.rna.tf32 (ptxas emulates each with an add, an |x| >= inf test, a select and a mask)
+// and the subtraction took seven: at nq <= 8 the fp32 main loop is bound by its instruction issue, not by memory
+// (ncu on an H100: results/ncu_similarity_fp32_nq1_h100.txt; with this split 21% fewer instructions, 13% faster
+// over an L2-resident corpus and 12% on the complex64 Gram kernel, README). The _rn intrinsics keep the compiler from
 // contracting the product into an FMA, which would break the split. NaN stays NaN, inf gives NaN (as the cvt
-// split did, through lo), and so does any |x| above FLT_MAX / 8193 (~4.2e34), where c overflows: such an element
+// split did, through lo), and so does any |x| above FLT_MAX / 8193 (~4.15e34), where c overflows: such an element
 // never yields a finite key or Gram entry.
 //
 // CVT = true: the split by two cvt.rna.tf32 instead (ties away, lo rounded too: the same 2^-22 order). Veltkamp's

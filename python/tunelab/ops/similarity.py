@@ -23,9 +23,11 @@ Search semantics:
   chunking of a streamed corpus (a streamed search returns bit-identical results to an in-memory one).
 * Arithmetic: fp16/bf16 products are exact and accumulate in fp32 (tensor cores); fp32 inputs use 3xTF32 tensor
   cores, accurate to fp32 level, so indices agree with an fp32 reference up to ties within fp32 rounding.
-* Range: fp32 elements above ~4.2e34 in magnitude (above ~1.8e19 for cosine and l2, whose squared norms overflow)
-  are out of range: the split of an element into its two tf32 halves, or the norm, overflows, and the row's score
-  is NaN (never returned) or meaningless. An inf element makes the score NaN.
+* Range: fp32 elements above ~4.15e34 in magnitude (above ~1.8e19 for cosine and l2, whose squared norms overflow)
+  are out of range: the split of an element into its two tf32 halves, or the norm, overflows. A corpus row holding
+  one scores NaN (never returned), a query holding one has every score NaN (all k entries missing); ip configs
+  whose warp tiles keep more than 112 accumulators (explicit ones only: defaults and tuned configs stay at or
+  below) split the other way and give a finite but meaningless score instead. An inf element makes the score NaN.
 * Rows with a NaN score never enter the results; if fewer than k rows are left, the missing entries have index
   -1 and score -inf (ip, cosine) or +inf (l2).
 * 1 <= k <= min(N, 1024) (on GPUs with ~100 KiB of shared memory per block, sm_86/89, k up to ~380: the
@@ -177,7 +179,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
 
     * nq <= 8 (memory-bound, one n8 query tile): 256-row corpus tiles over 8 warps, 256-byte row slices,
       3 stages (~130 KB of corpus in flight per SM). 16-bit inputs up to :data:`SHORT_TILES_MAX_N` rows take
-      128-row tiles: at N = 50K the 256-row tiles make 196 tiles, 98 splits of two, so a third of the SMs stream
+      128-row tiles: at N = 50K the 256-row tiles make 196 tiles, 98 splits of two, so 34 of 132 SMs stream
       nothing. Measured on an H100 at nq = 1 (benchmarks/similarity_small_nq.py,
       results/similarity_small_nq_h100_a767144.json, search then merge): fp16 46.4 against 48.9 us at 50K,
       121.6 against 123.5 at 200K, 524.2 against 520.0 at 1M (256 rows stay); fp32 78.7 against 79.5 at 50K
