@@ -16,7 +16,8 @@ wheels=.whl; [ -d "$wheels" ] || wheels=wheelhouse
   python3 -m pip install -q --no-index --find-links "$wheels" --no-build-isolation ".[test]"
 } > "$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
 tail -3 "$OUT/install.log"
-python3 -m pytest -m gpu -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -${PYTEST_TAIL:-15}
+# eval: PYTEST_ARGS may carry quoted words, e.g. PYTEST_ARGS="tests/test_similarity_gpu.py -k 'nan or gram'"
+eval "python3 -m pytest -m gpu -q -rs ${PYTEST_ARGS:-}" 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -${PYTEST_TAIL:-15}
 for bench in "$@"; do
   echo "== $bench"
   # eval: an argument may carry quoted words, e.g. "benchmarks/similarity_probe.py --only 'default;pp BN=128,S=6'"
