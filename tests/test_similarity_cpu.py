@@ -434,6 +434,8 @@ def test_merge_kind_rule():
         cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=4)
     # the select kernel reads one dense row per query, and only that
     assert cs.merge_args(_T(100, 8000), None, q, 10, 1, dense=(8000, 0, 8000), kind=5)[4] == 5
+    with pytest.raises(InputError, match="query_stride=7996 is shorter than list_len=8000"):  # rows would overlap
+        cs.merge_args(_T(100, 8000), None, q, 10, 1, dense=(8000, 0, 7996), kind=5)
     with pytest.raises(ConfigError, match="one dense row per query"):
         cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=5)
     with pytest.raises(ConfigError, match="one dense row per query"):

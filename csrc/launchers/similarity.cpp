@@ -284,7 +284,8 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
         if (dense_ld < n || dense_ld % 4 != 0 || dense_ld > INT_MAX)
             throw InputError("MERGE=5: the dense key matrix's row stride dense_ld=" + std::to_string(dense_ld) +
                              " must be a multiple of 4 floats, at least n=" + std::to_string(n) +
-                             " (16-byte rows for the select kernel's copies)");
+                             " (16-byte rows for the select kernel's copies): allocate the matrix with "
+                             "CompiledSearch.candidate_buffers(), whose rows are dense_ld(n) floats");
         if (cand_key % 16)
             throw InputError("MERGE=5: the dense key matrix must be 16-byte aligned (it is at byte " +
                              std::to_string(cand_key % 16) + " of 16)");
@@ -410,6 +411,10 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
     if (num_lists < 1 || num_lists * list_len > INT_MAX)
         throw InputError("num_lists=" + std::to_string(num_lists) + " x list_len=" + std::to_string(list_len) +
                          " must be in 1..2^31-1");
+    if (query_stride < list_len)  // query q's list holds entries q * query_stride + 0 .. list_len - 1
+        throw InputError("query_stride=" + std::to_string(query_stride) + " is shorter than list_len=" +
+                         std::to_string(list_len) + ": each query's list would overlap the next query's; pass the "
+                         "row stride of the score matrix (for a MERGE=5 key matrix, dense_ld(N))");
     if ((out_key == 0) != (out_idx == 0) || (out_score == 0) != (out_index == 0))
         throw InputError("merge outputs come in pairs: (key, idx) and (score, index)");
     null_check({{"cand_key", cand_key}});
