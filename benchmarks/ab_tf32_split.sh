@@ -15,10 +15,7 @@ if [ ! -f $before/mma_tile.cuh ]; then
   before=$(mktemp -d)
   for f in mma_tile.cuh ptx.cuh; do git show d49cba4:csrc/kernels/similarity/$f > $before/$f || exit 1; done
 fi
-wheels=.whl; [ -d "$wheels" ] || wheels=wheelhouse
-(python3 -m pip install -q --no-index --find-links "$wheels" scikit-build-core pybind11 &&
- python3 -m pip install -q --no-index --find-links "$wheels" --no-build-isolation ".[test]") > "$OUT/install.log" 2>&1 ||
-  { tail -20 "$OUT/install.log"; exit 1; }
+bash scripts/install_offline.sh "$OUT/install.log" || exit 1
 K=$(python3 -c "import tunelab.paths as p; print(p.kernels_dir())")/similarity
 NCU="ncu --cache-control none --clock-control none --set full -k regex:similarity_topk --launch-skip 10 --launch-count 1"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader

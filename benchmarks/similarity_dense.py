@@ -45,7 +45,7 @@ class Prepared:
 
         dev = q.device.index or 0
         nq, n = q.shape[0], c.shape[0]
-        dtype = str(q.dtype).removeprefix("torch.")
+        dtype = sim._dtype_name(q)
         self.config = sim.fit_config(cfg, K, dtype, sim.smem_limit(sim._arch(dev)), "ip")
         self.cs = sim.compile_search(self.config, dtype=dtype, metric="ip", arch=sim._arch(dev))
         self.plan = self.cs.plan(dev, nq, n, K)
@@ -76,14 +76,16 @@ def variants(nq: int, n: int, q, c) -> dict:
     return out
 
 
-def time_all(fns: dict, *, budget_s: float, rounds: int) -> tuple[dict, bool]:
-    """Interleaved samples of every callable (name -> µs array) and whether CUDA graphs were used."""
+def time_all(fns: dict, *, budget_s: float, rounds: int,
+             graph_below_us: float = GRAPH_BELOW_US) -> tuple[dict, bool]:
+    """Interleaved samples of every callable (name -> µs array) and whether CUDA graphs were used (when one of them
+    takes under ``graph_below_us``; 0: never, every call after its own flush)."""
     import numpy as np
 
     from tunelab.timing import time_callable
 
     probe = {k: float(np.median(time_callable(f, warmup=2, samples=3))) for k, f in fns.items()}
-    graph = min(probe.values()) < GRAPH_BELOW_US
+    graph = min(probe.values()) < graph_below_us
     per = sum(probe.values()) * 1e-6
     n = int(max(3, min(30, budget_s / max(per, 1e-7) / rounds)))
     out = {k: [] for k in fns}

@@ -2,7 +2,8 @@
 set against a kernel that only reads the corpus, on one GPU.
 
 For nq = 100 (fp16, d = 768, k = 10, inner product) and N in ``--ns`` the script times, interleaved in rounds
-with the core's protocol (L2 flush by a memset before every sample, CUDA events):
+with the core's protocol (similarity_dense.time_all: L2 flush by a memset before every call, CUDA events; no
+CUDA graphs, also where a variant takes under 20 us):
 
   read       a streaming read of the corpus (16-byte loads, nothing written): the floor of any search
   search     the dense search alone (MERGE=5: every key to the nq x N matrix), the 50K / 100 default's config
@@ -17,6 +18,8 @@ after a flush to record every block's timeline (when the producer and the MMA wa
 main loop and epilogue, when the block is done), in us from the first block's entry.
 
 Results: benchmarks/results/similarity_dense_parts.json (environment fingerprint inside); a table last.
+(results/similarity_dense_parts_h100.json came from this script's first form: the same protocol in a loop of its
+own, 15 samples a round, and the timeline in a layout of its own.)
 About a minute on an H100.
 
     python3 benchmarks/similarity_dense_parts.py [--ns 25000,50000,100000,200000] [--rounds 5]
@@ -28,65 +31,24 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
 
 NQ, D, K = 100, 768, 10
-SAMPLES = 15
-
-
-def timeline(launch, cand_key, blocks: int) -> dict:
-    """The diagnosis build's per-block events after one flushed launch: per event the median, min and max over
-    blocks (us from the first entry), and per ping-pong group and turn the median main loop and epilogue."""
-    import numpy as np
-    import torch
-
-    from similarity_probe import TRACE_EVENTS, TRACE_SLOTS, TRACE_TURN0, TRACE_TURNS
-    from tunelab.timing import time_callable
-
-    raw = cand_key.view(torch.int64).flatten()
-    raw[: blocks * 2 * TRACE_SLOTS].zero_()
-    time_callable(launch, warmup=3, samples=1)
-    torch.cuda.synchronize()
-    ns = raw[: blocks * 2 * TRACE_SLOTS].view(blocks, 2, TRACE_SLOTS)[:, 0, :].cpu().numpy().astype(np.float64)
-    t0 = ns[:, TRACE_EVENTS["entry"]].min()
-
-    def stat(v):
-        v = (v[v > 0] - t0) / 1e3
-        return None if v.size == 0 else {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
-                                         "blocks": int(v.size)}
-
-    events = {name: stat(ns[:, col]) for name, col in TRACE_EVENTS.items() if name in
-              ("entry", "producer_start", "producer_done", "mma_start", "done")}
-    turns = []
-    for g in range(2):
-        for u in range(TRACE_TURNS):
-            base = TRACE_TURN0 + (g * TRACE_TURNS + u) * 4
-            start, loop_done, epi_done = ns[:, base], ns[:, base + 1], ns[:, base + 3]
-            have = (start > 0) & (loop_done > 0) & (epi_done > 0)
-            if have.any():
-                turns.append({"group": g, "turn": u, "blocks": int(have.sum()),
-                              "start_us": float(np.median(start[have] - t0) / 1e3),
-                              "main_loop_us": float(np.median(loop_done[have] - start[have]) / 1e3),
-                              "epilogue_us": float(np.median(epi_done[have] - loop_done[have]) / 1e3),
-                              "end_us": float(np.median(epi_done[have] - t0) / 1e3)})
-    return {"events": events, "turns": turns}
 
 
 def main() -> int:
     import numpy as np
     import torch
 
-    import tunelab
     from tunelab.ops import similarity as sim
-    from tunelab.timing import l2_flush_bytes
     from tunelab.tuning.family import next_pow2
 
-    from similarity_dense import Prepared
-    from similarity_floor import READ_SRC
+    from similarity_dense import Prepared, time_all
+    from similarity_probe import block_timeline, print_timeline
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="25000,50000,100000,200000", help="comma-separated corpus sizes")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of 15 samples per variant")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (similarity_dense.time_all)")
     args = ap.parse_args()
     ns_list = [int(x) for x in args.ns.split(",")]
     if len(ns_list) < 2:
@@ -94,10 +56,7 @@ def main() -> int:
 
     clock = warm_up_gpu()
     dev = torch.cuda.current_device()
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    kern = tunelab.Kernel(READ_SRC, "read_all<{UNROLL}>", launch=lambda cfg, x, n16, out: (sms * 4, 512))
-    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
-    flush_buf = torch.empty(l2_flush_bytes() // 4, dtype=torch.int32, device="cuda")
+    reader = corpus_reader()
     stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     dense_cfg = dict(sim.default_config(NQ, K, "float16", D, n=next_pow2(50_000)), MERGE=sim.MERGE_DENSE)
     fused_cfg = sim.default_config(NQ, K, "float16", D)
@@ -106,29 +65,14 @@ def main() -> int:
     rows, trace = [], None
     for n in ns_list:
         q, c = draw_search_inputs(NQ, n, D, torch.float16, seed=1)
-        flat = c.view(-1).view(torch.int32)
-        read = kern.prepare({"UNROLL": 4}, flat, flat.numel() // 4, sink)
+        read = reader(c)
         dense, fused = Prepared(dense_cfg, q, c), Prepared(fused_cfg, q, c)
         # the diagnosis build of the same config, over the same buffers (its key stores are compiled out)
         traced = sim.compile_search(dense.config, dtype="float16", metric="ip", arch=arch, trace=True)
         nostores, _ = traced.prepare(dev, q, c, K, dense.ck, dense.ci, dense.scores, dense.indices, dense.plan)
         fns = {"read": lambda: read(stream()), "search": lambda: dense.search(stream()),
                "nostores": lambda: nostores(stream()), "pair": dense, "fused": fused}
-        for f in fns.values():  # warm-up
-            f()
-        torch.cuda.synchronize()
-        samples = {name: [] for name in fns}
-        for _ in range(args.rounds):
-            for name, f in fns.items():
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(SAMPLES)]
-                for a, b in ev:
-                    flush_buf.fill_(0x5A5A5A5A)
-                    a.record()
-                    f()
-                    b.record()
-                torch.cuda.synchronize()
-                samples[name].extend(a.elapsed_time(b) * 1e3 for a, b in ev)
+        samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0)  # a flush before every call
         # the pair's indices against the fused search's (the same keys and tie rule)
         dense()
         fused()
@@ -137,7 +81,9 @@ def main() -> int:
         rows.append({"nq": NQ, "n": n, "splits": dense.plan["splits"], "tiles_per_split": dense.plan["tiles_per_split"],
                      "indices_equal_fused": equal, "us": {k: summarize(v) for k, v in samples.items()}})
         if n == 50_000:
-            trace = timeline(nostores, dense.ck, dense.plan["q_tiles"] * dense.plan["splits"])
+            trace = {"nq": NQ, "n": n, "variant": "dense, key stores compiled out",
+                     "tiles_per_split": dense.plan["tiles_per_split"],
+                     **block_timeline(nostores, dense.ck, dense.plan["q_tiles"] * dense.plan["splits"])}
         print(f"N={n:>7}: " + "  ".join(f"{k} {rows[-1]['us'][k]['median']:.1f}" for k in fns) +
               f"  (indices equal: {equal})", flush=True)
 
@@ -149,20 +95,11 @@ def main() -> int:
         lines[name] = {"fixed_us": float(fixed), "us_per_100k_rows": float(slope * 1e5),
                        "max_residual_us": float(np.max(np.abs(ys - (fixed + slope * xs))))}
     path = write_result("similarity_dense_parts", {"d": D, "k": K, "dtype": "fp16", "sm_mhz_after_warmup": clock,
-                                                   "samples_per_variant": SAMPLES * args.rounds,
                                                    "dense_config": dense_cfg, "fused_config": fused_cfg,
                                                    "rows": rows, "lines": lines, "timeline_50k_nostores": trace})
     print(f"wrote {path}")
     if trace:
-        ev = trace["events"]
-        print("timeline at 50K (diagnosis build, us from the first entry; median [min, max] over blocks):")
-        for k, v in ev.items():
-            if v:
-                print(f"  {k:<15} {v['median']:7.2f} [{v['min']:.2f}, {v['max']:.2f}]")
-        for t in trace["turns"]:
-            print(f"  group {t['group']} turn {t['turn']}: start {t['start_us']:.2f}, main loop "
-                  f"{t['main_loop_us']:.2f}, epilogue {t['epilogue_us']:.2f}, end {t['end_us']:.2f} "
-                  f"({t['blocks']} blocks)")
+        print_timeline(trace)
     print(f"{'variant':<10} {'fixed us':>9} {'us/100K rows':>13} {'max resid':>10}")
     for name, ln in lines.items():
         print(f"{name:<10} {ln['fixed_us']:9.1f} {ln['us_per_100k_rows']:13.1f} {ln['max_residual_us']:10.2f}")

@@ -25,38 +25,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
 
 NQ, N, D, K = 100, 50_000, 768, 10
 ROUNDS, SAMPLES = 6, 15
-
-READ_SRC = r"""
-template <int UNROLL>
-__global__ void read_all(const uint4* __restrict__ x, long long n16, unsigned* out) {
-  unsigned acc = 0;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + (UNROLL - 1) * stride < n16; i += UNROLL * stride) {
-    uint4 v[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) v[u] = __ldcs(x + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n16; i += stride) {
-    const uint4 v = __ldcs(x + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) out[0] = acc;  // never true for the data here; keeps the loads
-}
-"""
-
 
 def main() -> int:
     import numpy as np
     import torch
 
-    import tunelab
     from tunelab.ops import similarity as sim
     from tunelab.stats import speedup_ci
     from tunelab.timing import l2_flush_bytes
@@ -66,15 +43,7 @@ def main() -> int:
     from similarity_dense import Prepared
 
     clock = warm_up_gpu()
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    kern = tunelab.Kernel(READ_SRC, "read_all<{UNROLL}>",
-                          launch=lambda cfg, x, n16, out: (sms * 4, 512))
-    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
-
-    def reader(t):
-        flat = t.view(-1).view(torch.int32)
-        n16 = flat.numel() // 4
-        return kern.prepare({"UNROLL": 4}, flat, n16, sink)
+    reader = corpus_reader()
 
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     flush_buf = torch.empty(l2_flush_bytes() // 4, dtype=torch.int32, device="cuda")

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
 
 NQ, D, K = 1, 768, 10
 
@@ -35,8 +35,6 @@ NQ, D, K = 1, 768, 10
 def main() -> int:
     import torch
 
-    import tunelab
-    from similarity_floor import READ_SRC
     from tunelab.ops import similarity as sim
     from tunelab.timing import time_callable
 
@@ -54,9 +52,7 @@ def main() -> int:
     props = torch.cuda.get_device_properties(dev)
     arch = sim._arch(dev)
     stream = int(torch.cuda.current_stream().cuda_stream)
-    kern = tunelab.Kernel(READ_SRC, "read_all<{UNROLL}>",
-                          launch=lambda cfg, x, n16, out: (props.multi_processor_count * 4, 512))
-    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+    reader = corpus_reader()
     rows = {}
     for dtype in ("float32", "float16"):
         q, c = draw_search_inputs(NQ, args.n, D, getattr(torch, dtype), seed=1)
@@ -78,8 +74,7 @@ def main() -> int:
                 torch.cuda.synchronize()
                 print(f"launched the fp32 search 20 times: config {cfg}, grid {plan['q_tiles']}x{plan['splits']}")
             continue
-        flat = c.view(-1).view(torch.int32)
-        read = kern.prepare({"UNROLL": 4}, flat, flat.numel() // 4, sink)
+        read = reader(c)
         blocks = plan["q_tiles"] * plan["splits"]
         for name, fn, busy in ((f"{dtype} search", search, blocks),
                                (f"{dtype} read", read, props.multi_processor_count)):

@@ -215,7 +215,8 @@ TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
 def block_timeline(launch, cand_key, blocks: int) -> dict:
     """Run a trace build's search once after an L2 flush (the timer's protocol) and decode every block's events:
     per event the median, min and max over blocks in us from the earliest block entry; per tile group turn the
-    median durations (main loop, bound pass + pre-check, queue insertion) in us; the kernel's span."""
+    median durations (main loop, epilogue, and for thread lists its bound pass + pre-check and queue insertion; a
+    dense search's epilogue stamps no pre-check: None) in us; the kernel's span."""
     import numpy as np
     import torch
 
@@ -247,15 +248,18 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
         for u in range(TRACE_TURNS):
             base = TRACE_TURN0 + (g * TRACE_TURNS + u) * 4
             cols = ns[:, base:base + 4]
-            have = (cols > 0).all(axis=1)
+            have = (cols[:, [0, 1, 3]] > 0).all(axis=1)  # the pre-check stamp (2) is the thread lists' only
             if not have.any():
                 continue
             c = cols[have]
+            pre = bool((c[:, 2] > 0).all())
+            med = lambda a, b: float(np.median(c[:, b] - c[:, a]) / 1e3)  # noqa: E731
             turns.append({"group": g, "turn": u, "blocks": int(have.sum()),
-                          **{f"{e}_us": float(np.median((c[:, i] - t0) / 1e3)) for i, e in enumerate(TURN_EVENTS)},
-                          "main_loop_us": float(np.median(c[:, 1] - c[:, 0]) / 1e3),
-                          "bound_and_precheck_us": float(np.median(c[:, 2] - c[:, 1]) / 1e3),
-                          "insertion_us": float(np.median(c[:, 3] - c[:, 2]) / 1e3)})
+                          **{f"{e}_us": float(np.median((c[:, i] - t0) / 1e3)) if i != 2 or pre else None
+                             for i, e in enumerate(TURN_EVENTS)},
+                          "main_loop_us": med(0, 1), "epilogue_us": med(1, 3),
+                          "bound_and_precheck_us": med(1, 2) if pre else None,
+                          "insertion_us": med(2, 3) if pre else None})
     why = []  # TopkBlock::trace_why(): per block and tile group, why its pre-check took the store-and-scan path
     for b in range(blocks):
         for grp in range(2):
@@ -284,11 +288,13 @@ def print_timeline(row: dict) -> None:
         if st:
             print(f"   {name:<16} median {st['median']:7.2f}  min {st['min']:7.2f}  max {st['max']:7.2f} us"
                   f"  ({st['blocks']} blocks)")
-    print(f"   {'group turn':<12} {'start':>7} {'loop':>7} {'pre-chk':>7} {'insert':>7} {'ends':>7}  blocks")
+    us = lambda v: f"{v:7.2f}" if v is not None else f"{'-':>7}"  # noqa: E731
+    print(f"   {'group turn':<12} {'start':>7} {'loop':>7} {'epilog':>7} {'pre-chk':>7} {'insert':>7} {'ends':>7}  "
+          f"blocks")
     for tr in row["turns"]:
-        print(f"   g{tr['group']} t{tr['turn']:<8} {tr['loop_start_us']:7.2f} {tr['main_loop_us']:7.2f} "
-              f"{tr['bound_and_precheck_us']:7.2f} {tr['insertion_us']:7.2f} {tr['epilogue_done_us']:7.2f}  "
-              f"{tr['blocks']}", flush=True)
+        print(f"   g{tr['group']} t{tr['turn']:<8} {us(tr['loop_start_us'])} {us(tr['main_loop_us'])} "
+              f"{us(tr['epilogue_us'])} {us(tr['bound_and_precheck_us'])} {us(tr['insertion_us'])} "
+              f"{us(tr['epilogue_done_us'])}  {tr['blocks']}", flush=True)
 
 
 #: --variants NAME -> the function listing that set's variants for nq queries ("all": sync and wgmma)

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
 
 NQ, D, K = 1, 768, 10
 
@@ -46,9 +46,7 @@ def variants(dtype: str, n: int) -> dict[str, dict]:
 def main() -> int:
     import torch
 
-    import tunelab
     from similarity_dense import Prepared, time_all
-    from similarity_floor import READ_SRC
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="50000,200000,1000000", help="comma-separated corpus sizes")
@@ -62,16 +60,13 @@ def main() -> int:
         ap.error(f"--dtypes {bad}: use float16, bfloat16 or float32")
 
     clock = warm_up_gpu()
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    kern = tunelab.Kernel(READ_SRC, "read_all<{UNROLL}>", launch=lambda cfg, x, n16, out: (sms * 4, 512))
-    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+    reader = corpus_reader()
     stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     rows = []
     for dtype in dtypes:
         for n in ns_list:
             q, c = draw_search_inputs(NQ, n, D, getattr(torch, dtype), seed=1)
-            flat = c.view(-1).view(torch.int32)
-            read = kern.prepare({"UNROLL": 4}, flat, flat.numel() // 4, sink)
+            read = reader(c)
             preps = {name: Prepared(cfg, q, c) for name, cfg in variants(dtype, n).items()}
             fns = {"read": lambda: read(stream()), **preps}
             for p in preps.values():

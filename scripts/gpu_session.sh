@@ -9,12 +9,9 @@ OUT=${OUT:-$PWD/gpu-out}
 if [ -z "${TUNELAB_GIT_COMMIT:-}" ] && [ -f .tunelab-commit ]; then export TUNELAB_GIT_COMMIT=$(cat .tunelab-commit); fi
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-wheels=.whl; [ -d "$wheels" ] || wheels=wheelhouse
-{
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
-  python3 -m pip install -q --no-index --find-links "$wheels" scikit-build-core pybind11
-  python3 -m pip install -q --no-index --find-links "$wheels" --no-build-isolation ".[test]"
-} > "$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
+  > "$OUT/install.log" 2>&1
+bash "$(dirname "$0")/install_offline.sh" "$OUT/install.log" || exit 1
 tail -3 "$OUT/install.log"
 # eval: PYTEST_ARGS may carry quoted words, e.g. PYTEST_ARGS="tests/test_similarity_gpu.py -k 'nan or gram'"
 eval "python3 -m pytest -m gpu -q -rs ${PYTEST_ARGS:-}" 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -${PYTEST_TAIL:-15}
