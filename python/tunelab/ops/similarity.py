@@ -612,7 +612,7 @@ class CompiledSearch:
         p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack, programmatic=self.programmatic_merge)
         return p1, p2
 
-    @property
+    @functools.cached_property  # the arch is fixed: looked up once, not at every prepare()
     def programmatic_merge(self) -> bool:
         """Whether :meth:`prepare`'s merge (or select) launch is a programmatic dependent launch (sm_90 and later):
         it may start while the search's last blocks still run, and waits for their results in the kernel
