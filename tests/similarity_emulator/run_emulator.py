@@ -52,8 +52,9 @@ TOPK_CONFIGS = [
     (2, 1, 128, 64, 32, 2, 1, 2, 16, 2, 128, 1),      # fp32 cosine, 64 x 64 warp tiles: 128 accumulators
 ]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
-#: the first two thread-list ones, the per-thread bound selection and two dense ones
-QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17]
+#: the first two thread-list ones, the per-thread bound selection, two dense ones and the cvt tf32 split (19: the
+#: Veltkamp split runs in 3)
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [
