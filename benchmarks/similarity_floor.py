@@ -30,6 +30,7 @@ from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, w
 NQ, N, D, K = 100, 50_000, 768, 10
 ROUNDS, SAMPLES = 6, 15
 
+
 def main() -> int:
     import numpy as np
     import torch
