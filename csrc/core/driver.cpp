@@ -249,16 +249,19 @@ int Function::driver_occupancy(int threads, size_t dynamic_smem) {
 }
 
 namespace {
-// The cuLaunchKernelEx configuration of `dims`: its cluster dimension (1 x 1 x 1 for a launch without clusters, which
-// sm_90 takes as it takes a plain launch) and, when asked, programmatic stream serialization (`attrs` holds the
-// attributes it points to).
-CUlaunchConfig ex_launch_config(const LaunchDims& dims, CUstream stream, CUlaunchAttribute (&attrs)[2]) {
+// The cuLaunchKernelEx configuration of `dims`: its cluster dimension when it has clusters, or when `cluster_attr`
+// asks for it whatever its size (the occupancy query of a cluster size, 1 included), and, when asked, programmatic
+// stream serialization (`attrs` holds the attributes it points to).
+CUlaunchConfig ex_launch_config(const LaunchDims& dims, CUstream stream, CUlaunchAttribute (&attrs)[2],
+                                bool cluster_attr = false) {
     unsigned n = 0;
-    attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[n].value.clusterDim.x = dims.cluster[0];
-    attrs[n].value.clusterDim.y = dims.cluster[1];
-    attrs[n].value.clusterDim.z = dims.cluster[2];
-    ++n;
+    if (cluster_attr || dims.clustered()) {
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[n].value.clusterDim.x = dims.cluster[0];
+        attrs[n].value.clusterDim.y = dims.cluster[1];
+        attrs[n].value.clusterDim.z = dims.cluster[2];
+        ++n;
+    }
     if (dims.programmatic) {
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attrs[n].value.programmaticStreamSerializationAllowed = 1;
@@ -290,7 +293,7 @@ int Function::driver_max_active_clusters(int threads, size_t dynamic_smem, int c
     dims.block[0] = static_cast<unsigned>(threads);
     dims.smem = static_cast<unsigned>(dynamic_smem);
     CUlaunchAttribute attrs[2]{};
-    CUlaunchConfig cfg = ex_launch_config(dims, nullptr, attrs);
+    CUlaunchConfig cfg = ex_launch_config(dims, nullptr, attrs, /*cluster_attr=*/true);
     int clusters = 0;
     check(driver().cuOccupancyMaxActiveClusters(&clusters, fn_, &cfg), "cuOccupancyMaxActiveClusters");
     return clusters;

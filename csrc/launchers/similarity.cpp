@@ -281,9 +281,11 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                          " elements) must be >= d=" + std::to_string(d));
     if (dense) {  // MERGE=5: cand_key is the [nq][dense_ld] key matrix (chunk-local columns); cand_idx is not used
         null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the dense key matrix)", cand_key}});
-        if (dense_ld < n || dense_ld % 4 != 0 || dense_ld > INT_MAX)
+        constexpr int align = tunelab::sim::kDenseLdAlign;
+        if (dense_ld < n || dense_ld % align != 0 || dense_ld > INT_MAX)
             throw InputError("MERGE=5: the dense key matrix's row stride dense_ld=" + std::to_string(dense_ld) +
-                             " must be a multiple of 4 floats, at least n=" + std::to_string(n) +
+                             " must be a multiple of " + std::to_string(align) + " floats, at least n=" +
+                             std::to_string(n) +
                              " (16-byte rows for the select kernel's copies): allocate the matrix with "
                              "CompiledSearch.candidate_buffers(), whose rows are dense_ld(n) floats");
         if (cand_key % 16)

@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
     const int tps = (T + splits - 1) / splits;
     splits = (T + tps - 1) / tps;
     max_splits_seen = splits;
-    const int ld = (n + 3) / 4 * 4;
+    const int ld = static_cast<int>(topk_dense_ld(n));
     std::vector<float> mat(static_cast<size_t>(nq) * ld, 777.f);  // padding past n is never read
     emu::register_global(mat.data(), mat.size() * sizeof(float));
     SearchParams sp{};

@@ -43,7 +43,7 @@ struct alignas(64) SearchParams {
   int num_tiles;         // ceil(n / BLOCK_N)
   int tiles_per_split;
   int list_offset;
-  int dense_ld;          // MERGE=5: floats between rows of the dense key matrix (a multiple of 4); else 0
+  int dense_ld;          // MERGE=5: floats between rows of the dense key matrix (a multiple of kDenseLdAlign); else 0
 };
 
 // Final (or running) merge of num_lists candidate lists per query into the k best, sorted (larger key first,
@@ -105,6 +105,13 @@ TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3
 TUNELAB_SIM_HD constexpr bool topk_thread_lists(int merge) { return merge == 3 || merge == 4; }
 constexpr int kMergeDense = 5;
 TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDense; }
+// Row stride (floats) of MERGE=5's dense key matrix over n rows: n rounded up to a multiple of kDenseLdAlign, so that
+// every row is 16-byte aligned for the select kernel's copies. The launcher's check, the op's allocation
+// (ops.similarity.dense_ld, through the binding) and the emulator take it from here.
+constexpr int kDenseLdAlign = 4;
+TUNELAB_SIM_HD constexpr long long topk_dense_ld(long long n) {
+  return (n + kDenseLdAlign - 1) / kDenseLdAlign * kDenseLdAlign;
+}
 // Threads per query column with thread lists: threads / BLOCK_Q rounded down to a power of two, at most 4.
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;

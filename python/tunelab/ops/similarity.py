@@ -146,8 +146,9 @@ def compile_arch(config: Mapping[str, Any], arch: str) -> str:
 
 def dense_ld(n: int) -> int:
     """Row stride (floats) of the dense key matrix of a ``MERGE=5`` search over ``n`` rows: n rounded up to 4, so
-    that every row is 16-byte aligned for the select kernel's copies."""
-    return (int(n) + 3) // 4 * 4
+    that every row is 16-byte aligned for the select kernel's copies (the launcher's rule, ``topk_dense_ld`` in
+    ``params.cuh``)."""
+    return int(_S.dense_ld(int(n)))
 
 
 def _round8(n: int) -> int:
