@@ -1,4 +1,5 @@
-"""One query against a small corpus (nq = 1, N from 50K): which tiling and which top-k path the default should take.
+"""Few queries against a small corpus (nq = 1 by default, N from 50K): which tiling and which top-k path the default
+should take.
 
 At nq = 1 the search is a pure stream of the corpus, yet at N = 50K the op took 41 us on the H200 and 48.5 on an
 H100 against 24.4 and 32.5 for a kernel that only reads the corpus (results/similarity.json,
@@ -14,11 +15,16 @@ then merge or select (prepared launches, as the op launches them):
   BN=64        64-row tiles over 4 warps
   BN=256 dense 256-row tiles, every key to the 1 x N matrix (MERGE=5), then the select kernel
   BN=128 dense the same with 128-row tiles
+  pp dense BN=64   (sm_90, 16-bit) ping-pong warpgroups on the TMA ring (MMA=3), 64-row tiles, 5 stages, every
+               key to the matrix, then the select kernel: the tuner's best at 1 x 50K on an H100
+               (results/tune_similarity_1x50000x768x10_h100.json)
+  pp dense BN=128  the same with 128-row tiles
 
 Every variant's indices are checked against the default's (the same keys and tie rule: identical). Results:
 benchmarks/results/similarity_small_nq.json (environment fingerprint inside); a table last.
 
-    python3 benchmarks/similarity_small_nq.py [--ns 50000,200000,1000000] [--dtypes float16,float32]
+    python3 benchmarks/similarity_small_nq.py [--ns 50000,200000,1000000] [--dtypes float16,float32] [--nqs 1]
+                                              [--tag h100]
 """
 from __future__ import annotations
 
@@ -29,18 +35,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
 
-NQ, D, K = 1, 768, 10
+D, K = 768, 10
 
 
-def variants(dtype: str, n: int) -> dict[str, dict]:
-    """The configs compared at one dtype and corpus size (before fit_config)."""
+def variants(nq: int, dtype: str, n: int) -> dict[str, dict]:
+    """The configs compared at one query count, dtype and corpus size (before fit_config)."""
+    from tunelab.kernel import current_arch
     from tunelab.ops import similarity as sim
 
-    base = sim.default_config(NQ, K, dtype, D, n=n)
+    base = sim.default_config(nq, K, dtype, D, n=n)
+    mm = dict(base, BLOCK_Q=8, BLOCK_K=256 // (4 if dtype == "float32" else 2), STAGES=3, MERGE=2, EPI_ROWS=128,
+              MMA=0)  # the mma.sync tiling the arms below vary, whatever the default is
     dense = sim.MERGE_DENSE
-    return {"default": base, "BN=256": dict(base, BLOCK_N=256, WARPS_N=8), "BN=128": dict(base, BLOCK_N=128, WARPS_N=8),
-            "BN=64": dict(base, BLOCK_N=64, WARPS_N=4), "BN=256 dense": dict(base, BLOCK_N=256, WARPS_N=8, MERGE=dense),
-            "BN=128 dense": dict(base, BLOCK_N=128, WARPS_N=8, MERGE=dense)}
+    out = {"default": base, "BN=256": dict(mm, BLOCK_N=256, WARPS_N=8), "BN=128": dict(mm, BLOCK_N=128, WARPS_N=8),
+           "BN=64": dict(mm, BLOCK_N=64, WARPS_N=4), "BN=256 dense": dict(mm, BLOCK_N=256, WARPS_N=8, MERGE=dense),
+           "BN=128 dense": dict(mm, BLOCK_N=128, WARPS_N=8, MERGE=dense)}
+    if dtype != "float32" and sim.wgmma_supported(current_arch()):
+        pp = dict(mm, BLOCK_Q=8, BLOCK_K=64, WARPS_N=8, STAGES=5, MERGE=dense, EPI_ROWS=64, MMA=3)
+        out["pp dense BN=64"] = dict(pp, BLOCK_N=64)
+        out["pp dense BN=128"] = dict(pp, BLOCK_N=128)
+    return out
 
 
 def main() -> int:
@@ -51,9 +65,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="50000,200000,1000000", help="comma-separated corpus sizes")
     ap.add_argument("--dtypes", default="float16,float32", help="comma-separated: float16, bfloat16, float32")
+    ap.add_argument("--nqs", default="1", help="comma-separated query counts (1..8: the few-query default's range)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    ap.add_argument("--tag", default="", help="suffix of the results file (similarity_small_nq_<tag>.json)")
     args = ap.parse_args()
     ns_list = [int(x) for x in args.ns.split(",")]
+    nqs = [int(x) for x in args.nqs.split(",")]
+    if any(not 1 <= x <= 8 for x in nqs):
+        ap.error(f"--nqs {nqs}: query counts must be 1..8 (the few-query default's range)")
     dtypes = [x.strip() for x in args.dtypes.split(",")]
     bad = [x for x in dtypes if x not in ("float16", "bfloat16", "float32")]
     if bad:
@@ -63,34 +82,35 @@ def main() -> int:
     reader = corpus_reader()
     stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     rows = []
-    for dtype in dtypes:
-        for n in ns_list:
-            q, c = draw_search_inputs(NQ, n, D, getattr(torch, dtype), seed=1)
-            read = reader(c)
-            preps = {name: Prepared(cfg, q, c) for name, cfg in variants(dtype, n).items()}
-            fns = {"read": lambda: read(stream()), **preps}
-            for p in preps.values():
-                p()
-            torch.cuda.synchronize()
-            ref = preps["default"].indices.clone()
-            equal = {name: bool(torch.equal(p.indices, ref)) for name, p in preps.items()}
-            times, graph = time_all(fns, budget_s=1.0, rounds=args.rounds)
-            row = {"nq": NQ, "n": n, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
-                   "indices_equal_default": equal,
-                   "variants": {name: {"us": summarize(times[name]),
-                                       **({"config": preps[name].config, "splits": preps[name].plan["splits"],
-                                           "tiles_per_split": preps[name].plan["tiles_per_split"]}
-                                          if name in preps else {})} for name in fns}}
-            rows.append(row)
-            times_text = "  ".join(f"{k} {v['us']['median']:.1f}" for k, v in row["variants"].items())
-            print(f"{dtype:>8} N={n:>8}: {times_text}" + ("" if all(equal.values()) else f"  INDICES DIFFER: {equal}"),
-                  flush=True)
-    path = write_result("similarity_small_nq", {"nq": NQ, "d": D, "k": K, "sm_mhz_after_warmup": clock, "rows": rows})
+    for nq, dtype, n in ((nq, dtype, n) for nq in nqs for dtype in dtypes for n in ns_list):
+        q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=1)
+        read = reader(c)
+        preps = {name: Prepared(cfg, q, c) for name, cfg in variants(nq, dtype, n).items()}
+        fns = {"read": lambda: read(stream()), **preps}
+        for p in preps.values():
+            p()
+        torch.cuda.synchronize()
+        ref = preps["default"].indices.clone()
+        equal = {name: bool(torch.equal(p.indices, ref)) for name, p in preps.items()}
+        times, graph = time_all(fns, budget_s=1.0, rounds=args.rounds)
+        row = {"nq": nq, "n": n, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
+               "indices_equal_default": equal,
+               "variants": {name: {"us": summarize(times[name]),
+                                   **({"config": preps[name].config, "splits": preps[name].plan["splits"],
+                                       "tiles_per_split": preps[name].plan["tiles_per_split"]}
+                                      if name in preps else {})} for name in fns}}
+        rows.append(row)
+        times_text = "  ".join(f"{k} {v['us']['median']:.1f}" for k, v in row["variants"].items())
+        differ = "" if all(equal.values()) else f"  INDICES DIFFER: {equal}"
+        print(f"nq={nq} {dtype:>8} N={n:>8}: {times_text}{differ}", flush=True)
+    name = "similarity_small_nq" + (f"_{args.tag}" if args.tag else "")
+    path = write_result(name, {"nqs": nqs, "d": D, "k": K, "sm_mhz_after_warmup": clock, "rows": rows})
     print(f"wrote {path}")
-    names = list(rows[0]["variants"])
-    print(f"{'dtype':>8} {'N':>8} " + " ".join(f"{x:>13}" for x in names))
+    names = list(dict.fromkeys(x for r in rows for x in r["variants"]))
+    print(f"{'nq':>3} {'dtype':>8} {'N':>8} " + " ".join(f"{x:>15}" for x in names))
     for r in rows:
-        print(f"{r['dtype']:>8} {r['n']:>8} " + " ".join(f"{r['variants'][x]['us']['median']:13.1f}" for x in names))
+        cells = (f"{r['variants'][x]['us']['median']:15.1f}" if x in r["variants"] else f"{'-':>15}" for x in names)
+        print(f"{r['nq']:>3} {r['dtype']:>8} {r['n']:>8} " + " ".join(cells))
     return 0
 
 

@@ -454,7 +454,7 @@ def test_dense_search_rule_space_and_limits():
     assert dense(100, 65536) and dense(100, 65536, k=32) and dense(9, 65536)
     assert sim.DENSE_MAX_N == 65536
     assert not dense(100, 131072)  # the 100K bucket's matrix: 52 MB
-    assert not dense(100, 65536, k=33) and not dense(200, 16384) and not dense(8, 65536)
+    assert not dense(100, 65536, k=33) and not dense(200, 16384) and not dense(8, 131072)
     assert not dense(100, 65536, dt="float32") and not dense(100, 65536, arch="sm_80")
     assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MERGE"] == 3  # no n (streamed): fused
     assert sim.dense_ld(50001) == 50004 and sim.dense_bytes(100, 50001) == 100 * 50004 * 4
@@ -570,10 +570,34 @@ def test_short_tiles_for_few_queries_over_small_corpora():
     assert sim.SHORT_TILES_MAX_N == 262144
     assert bn(1, 65536) == bn(8, 262144) == bn(1, 65536, "bfloat16") == 128
     assert bn(1, 524288) == bn(1, 65536, "float32") == bn(1, None) == 256
-    cfg = sim.default_config(1, 10, "bfloat16", 768, arch="sm_90", n=65536)
-    assert (cfg["WARPS_N"], cfg["MMA"]) == (8, 0)
+    cfg = sim.default_config(1, 10, "bfloat16", 768, arch="sm_90", n=131072)
+    assert (cfg["WARPS_N"], cfg["MMA"], cfg["MERGE"]) == (8, 0, 2)
     r = sim.compile_search(cfg, dtype="bfloat16", metric="l2", arch="sm_90").resources
     assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (cfg, r)
+
+
+def test_dense_search_for_few_queries_over_small_corpora():
+    """On sm_90, 16-bit searches of at most 8 queries over a store bucket of at most DENSE_MAX_N rows with k <= 32
+    take the dense search: on the mma.sync loop up to FEW_QUERIES_MMA_DENSE_MAX_N rows, on the ping-pong
+    warpgroups above (benchmarks/similarity_small_nq.py); fp32, sm_80, k > 32, larger corpora and streamed searches
+    keep the fused search. Both configs compile without spills."""
+    sim = _sim()
+    cfg = lambda nq, n, k=10, dt="float16", arch="sm_90": sim.default_config(  # noqa: E731
+        nq, k, dt, 768, arch=arch, n=n)
+    assert sim.FEW_QUERIES_MMA_DENSE_MAX_N == 32768
+    for nq in (1, 8):
+        for n in (1, 1024, 32768):
+            c = cfg(nq, n)
+            assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["BLOCK_Q"]) == (sim.MERGE_DENSE, 0, 128, 8), (nq, n, c)
+        c = cfg(nq, 65536, k=32, dt="bfloat16")
+        assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["STAGES"]) == (sim.MERGE_DENSE, 3, 128, 5), (nq, c)
+        for fused in (cfg(nq, 131072), cfg(nq, 65536, k=33), cfg(nq, 65536, dt="float32"),
+                      cfg(nq, 65536, arch="sm_80"), cfg(nq, None)):
+            assert fused["MERGE"] != sim.MERGE_DENSE, (nq, fused)
+    for n, dt, metric in ((32768, "float16", "cosine"), (65536, "bfloat16", "l2")):
+        c = cfg(8, n, dt=dt)
+        r = sim.compile_search(c, dtype=dt, metric=metric, arch="sm_90").resources
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (c, r)
 
 
 def test_default_configs_fit_every_k_and_arch():

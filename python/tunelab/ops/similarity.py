@@ -164,6 +164,11 @@ DENSE_MAX_N = 65536
 #: tiles 128 corpus rows instead of 256 (see :func:`default_config`).
 SHORT_TILES_MAX_N = 262144
 
+#: The largest corpus (the store bucket's N) for which the sm_90 default of 16-bit searches of at most 8 queries is
+#: the dense search on the mma.sync main loop; above it, up to :data:`DENSE_MAX_N`, on the ping-pong warpgroups (see
+#: :func:`default_config`).
+FEW_QUERIES_MMA_DENSE_MAX_N = 32768
+
 
 def dense_bytes(nq: int, n: int) -> int:
     """Bytes of the dense key matrix of a ``MERGE=5`` search: nq rows of :func:`dense_ld` floats."""
@@ -185,6 +190,17 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       results/similarity_small_nq_h100_a767144.json, search then merge): fp16 46.4 against 48.9 us at 50K,
       121.6 against 123.5 at 200K, 524.2 against 520.0 at 1M (256 rows stay); fp32 78.7 against 79.5 at 50K
       but 251.8 against 229.0 at 200K, so fp32 keeps 256 rows.
+    * nq <= 8 on sm_90 with fp16/bf16, k <= :data:`SELECT_MAX_K` and a store bucket of at most
+      :data:`DENSE_MAX_N` rows: the dense search (MERGE=5, every key to the nq x N matrix, then the select
+      kernel), on the mma.sync loop above with 128-row tiles up to :data:`FEW_QUERIES_MMA_DENSE_MAX_N` rows, on
+      the ping-pong warpgroups (MMA=3, 128-row tiles, 5 stages) above. Found by the tuner at 1 x 50K on an H100
+      (results/tune_similarity_1x50000x768x10_h100.json: MMA=3 with MERGE=5 42.0 against the default's 45.3 us)
+      and measured on an H100 against the fused default (benchmarks/similarity_small_nq.py,
+      results/similarity_small_nq_pp*_h100.json, fp16, search then select or merge; nq = 1, and nq = 8 within 2
+      us of it): 10.7 against 12.3 us at 10K, 14.1 against 17.9 at 17K, 17.2 against 20.0 at 25K, 34.8 against
+      35.1 at 32K (where the ping-pong loop would take 31.9, but 21.7 at 25K), then with the ping-pong loop 32.2
+      against 37.0 at 34K, 36.5 against 40.6 at 40K, 42.8 against 46.1 at 50K, 52.4 against 54.7 at 64K; from
+      100K the fused default wins (71.8 against 75.7 at 100K).
     * 8 < nq <= 112 (memory-bound at large N, arithmetic close behind): all queries of a block in one tile
       (BLOCK_Q = nq rounded up to 16), 256-row tiles, 4 x 2 warps of 64 rows x BLOCK_Q/2 queries, 128-byte
       slices, 3 stages.
@@ -246,7 +262,12 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     wgmma = eb == 2 and wgmma_supported(arch or current_arch())
     lists_hold_k = k <= _S.thread_list_capacity(3)  # MERGE=3's 16-entry thread lists
     pingpong = wgmma and lists_hold_k  # MMA=3 keeps thread lists
-    if nq <= 8:
+    few_dense = wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K
+    if nq <= 8 and few_dense and n <= FEW_QUERIES_MMA_DENSE_MAX_N:
+        cfg = _cfg(128, 8, 128, 8, 1, 3, merge=MERGE_DENSE)
+    elif nq <= 8 and few_dense:
+        cfg = _cfg(128, 8, 64, 8, 1, 5, merge=MERGE_DENSE, epi=64, mma=3)
+    elif nq <= 8:
         short = not big or (eb == 2 and n is not None and n <= SHORT_TILES_MAX_N)
         cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112 and wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K:
