@@ -455,7 +455,8 @@ def test_dense_search_rule_space_and_limits():
     assert sim.DENSE_MAX_N == 65536
     assert not dense(100, 131072)  # the 100K bucket's matrix: 52 MB
     assert not dense(100, 65536, k=33) and not dense(200, 16384) and not dense(8, 131072)
-    assert not dense(100, 65536, dt="float32") and not dense(100, 65536, arch="sm_80")
+    assert not dense(100, 65536, dt="float32", arch="sm_80") and not dense(100, 65536, arch="sm_80")
+    assert not dense(100, 131072, dt="float32") and not dense(100, 65536, k=33, dt="float32")
     assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MERGE"] == 3  # no n (streamed): fused
     assert sim.dense_ld(50001) == 50004 and sim.dense_bytes(100, 50001) == 100 * 50004 * 4
     merges = lambda nq, n, k=10: build_space(dict(nq=nq, n=n, d=768, k=k, dtype="fp16")).param("MERGE").choices  # noqa
@@ -559,6 +560,23 @@ def test_max_vec():
     assert S.max_vec(0, [0, 256], [102, 102], 102) == 4
     assert S.max_vec(0, [0, 256], [101, 101], 101) == 0
     assert S.max_vec(2, [0, 4], [3, 3], 3) == 4
+
+
+def test_dense_search_for_fp32_over_small_corpora():
+    """On sm_90, fp32 searches of 9..112 queries with k <= 32 over a store bucket of at most DENSE_MAX_N rows take
+    the dense search on the mma.sync loop, the tuner's best at 100 x 50K (benchmarks/similarity_fp32_small.py); it
+    compiles without spills for every metric."""
+    sim = _sim()
+    for nq, bq in ((9, 16), (16, 16), (33, 48), (100, 112), (112, 112)):
+        c = sim.default_config(nq, 10, "float32", 768, arch="sm_90", n=65536)
+        assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["BLOCK_Q"], c["BLOCK_K"], c["STAGES"]) == (
+            sim.MERGE_DENSE, 0, 128, bq, 64, 2), (nq, c)
+    assert sim.default_config(113, 10, "float32", 768, arch="sm_90", n=65536)["MERGE"] != sim.MERGE_DENSE
+    assert sim.default_config(100, 10, "float32", 768, arch="sm_90")["MERGE"] != sim.MERGE_DENSE  # streamed
+    for nq, metric in ((100, "cosine"), (100, "l2"), (16, "ip")):
+        c = sim.default_config(nq, 32, "float32", 768, arch="sm_90", n=16384)
+        r = sim.compile_search(c, dtype="float32", metric=metric, arch="sm_90").resources
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (nq, metric, c, r)
 
 
 def test_short_tiles_for_few_queries_over_small_corpora():

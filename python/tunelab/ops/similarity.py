@@ -239,6 +239,13 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       (benchmarks/similarity_dense.py, results/similarity_dense.json; fp16, k = 10, search + merge): 45.9 against
       48.1 us at 50K / 100 and 40.1 against 50.8 at 50K / 32; from 100K up the fused search wins (69 against 82 us
       at 100K / 100: the select kernel's block per query reads its row from global memory past 51 Ki keys).
+    * Dense for fp32 too, on the mma.sync loop (sm_90, 8 < nq <= 112, k <= :data:`SELECT_MAX_K`, a store bucket
+      of at most :data:`DENSE_MAX_N` rows): 128-row tiles, BLOCK_Q = nq rounded up to 16, 64-element slices, 4 x
+      2 warps, 2 stages, the tuner's best at 100 x 50K on an H100
+      (results/tune_similarity_100x50000x768x10_fp32_h100.json: 162 against the default's 251 us). Measured on
+      an H100 against the fused default (benchmarks/similarity_fp32_small.py,
+      results/similarity_fp32_small_h100.json, search then select or merge): at nq = 100 1.54x at 50K, 1.20x at
+      64K, 2.21x at 10K; at nq = 16 1.10-1.48x; at nq = 32 1.00-1.69x (equal at 25K and 64K).
     * The running top-k: above 8 queries and for k <= 16, thread lists (MERGE=3: a sorted 16-entry register list
       per thread), unless that would pass 128 registers with the accumulators (MMA=2 gives its MMA warps 240);
       else one list per query in shared memory, merged by a warp per tile (MERGE=2). Measured on the H200
@@ -259,7 +266,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     # below ~200 KiB (sm_80: 163, sm_86/89: 99) the 256-row tile keeps only 2 stages and ptxas spills its 112
     # accumulators; 128-row tiles (56 accumulators) keep 3 stages there
     big = limit >= 200 * 1024
-    wgmma = eb == 2 and wgmma_supported(arch or current_arch())
+    sm90 = wgmma_supported(arch or current_arch())
+    wgmma = eb == 2 and sm90
     lists_hold_k = k <= _S.thread_list_capacity(3)  # MERGE=3's 16-entry thread lists
     pingpong = wgmma and lists_hold_k  # MMA=3 keeps thread lists
     few_dense = wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K
@@ -272,6 +280,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3)
     elif nq <= 112 and wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
+    elif nq <= 112 and eb == 4 and sm90 and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K:
+        cfg = _cfg(128, max(16, (int(nq) + 15) // 16 * 16), 64, 4, 2, 2, merge=MERGE_DENSE, epi=64)
     elif nq <= 112 and pingpong:
         cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)
         if accumulators(cfg) > max_accumulators(cfg):  # 192-row tiles of more than 72 queries spill

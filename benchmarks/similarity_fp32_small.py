@@ -1,0 +1,100 @@
+"""fp32 searches of 9..112 queries over small corpora: the fused default against the dense search the tuner found.
+
+The tuner at 100 x 50K fp32 on an H100 (results/tune_similarity_100x50000x768x10_fp32_h100.json) confirmed the dense
+search on the mma.sync loop (MERGE=5: every key to the nq x N matrix, then the select kernel; 128-row tiles, 64-element
+slices, 4 x 2 warps, 2 stages) at 162 us against the default's 251. This script checks that finding across the
+shapes a default rule would cover. For each nq in ``--nqs`` and N in ``--ns`` (fp32, d = 768, k = 10, inner product)
+it times, interleaved in rounds with the core's protocol (L2 flush, CUDA events; similarity_dense.time_all):
+
+  torch       torch.topk(Q @ C.T), the family's baseline
+  default     default_config(nq, n=next_pow2(N)): what the op takes
+  fused-128   the fused search without N (default_config(nq)) with 128-row tiles (at 50K the 256-row tiles make 98
+              splits of two and leave 34 of 132 SMs idle)
+  dense       the tuner's dense config, BLOCK_Q = nq rounded up to 16
+
+Every variant's indices are checked against the fused search's (the same keys and tie rule: identical). Results:
+benchmarks/results/similarity_fp32_small[_<tag>].json (environment fingerprint inside); a table last.
+
+    python3 benchmarks/similarity_fp32_small.py [--nqs 16,32,100] [--ns 10000,25000,50000,65536,100000] [--tag h100]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+
+D, K = 768, 10
+
+
+def dense_config(nq: int) -> dict:
+    """The tuner's dense fp32 config at 100 x 50K, with BLOCK_Q = nq rounded up to 16 (two warps of queries)."""
+    return dict(BLOCK_N=128, BLOCK_Q=max(16, (nq + 15) // 16 * 16), BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=2,
+                VEC=16, MERGE=5, EPI_ROWS=64, MIN_BLOCKS=1, MMA=0, CLUSTER=1, PREFETCH=0)
+
+
+def variants(nq: int, n: int) -> dict[str, dict]:
+    """The configs compared at one shape (before fit_config)."""
+    from tunelab.ops import similarity as sim
+    from tunelab.tuning.family import next_pow2
+
+    fused = sim.default_config(nq, K, "float32", D)
+    return {"default": sim.default_config(nq, K, "float32", D, n=next_pow2(n)), "fused-128": dict(fused, BLOCK_N=128),
+            "dense": dense_config(nq)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nqs", default="16,32,100", help="comma-separated query counts (9..112)")
+    ap.add_argument("--ns", default="10000,25000,50000,65536,100000", help="comma-separated corpus sizes")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    ap.add_argument("--tag", default="", help="suffix of the results file")
+    args = ap.parse_args()
+    nqs = [int(x) for x in args.nqs.split(",")]
+    ns = [int(x) for x in args.ns.split(",")]
+    if any(not 9 <= x <= 112 for x in nqs):
+        ap.error(f"--nqs {nqs}: query counts must be 9..112 (the range a dense default would cover)")
+    import torch
+
+    from similarity_dense import Prepared, time_all
+    from tunelab.tuning.families.similarity import torch_topk
+
+    clock = warm_up_gpu()
+    rows = []
+    for nq in nqs:
+        for n in ns:
+            q, c = draw_search_inputs(nq, n, D, torch.float32, seed=n + nq)
+            preps = {name: Prepared(cfg, q, c) for name, cfg in variants(nq, n).items()}
+            for p in preps.values():
+                p()
+            torch.cuda.synchronize()
+            ref = preps["fused-128"].indices.clone()
+            equal = {name: bool(torch.equal(p.indices, ref)) for name, p in preps.items()}
+            times, graph = time_all({"torch": torch_topk(q, c, K, "ip"), **preps}, budget_s=1.0, rounds=args.rounds)
+            row = {"nq": nq, "n": n, "dtype": "float32", "timer": "cuda_graph" if graph else "events",
+                   "indices_equal_fused_128": equal,
+                   "variants": {name: {"us": summarize(t),
+                                       **({"config": preps[name].config, "splits": preps[name].plan["splits"]}
+                                          if name in preps else {})} for name, t in times.items()}}
+            rows.append(row)
+            text = "  ".join(f"{k} {v['us']['median']:.1f}" for k, v in row["variants"].items())
+            differ = "" if all(equal.values()) else f"  INDICES DIFFER: {equal}"
+            print(f"nq={nq:>3} N={n:>7}: {text}{differ}", flush=True)
+            del preps, q, c
+            torch.cuda.empty_cache()
+    name = "similarity_fp32_small" + (f"_{args.tag}" if args.tag else "")
+    path = write_result(name, {"d": D, "k": K, "sm_mhz_after_warmup": clock, "rows": rows})
+    print(f"wrote {path}")
+    names = ("torch", "default", "fused-128", "dense")
+    print(f"{'nq':>4} {'N':>7} " + " ".join(f"{x:>10}" for x in names) + "  dense vs default")
+    for r in rows:
+        v = r["variants"]
+        gain = v["default"]["us"]["median"] / v["dense"]["us"]["median"]
+        print(f"{r['nq']:>4} {r['n']:>7} " + " ".join(f"{v[x]['us']['median']:10.1f}" for x in names) + f"  {gain:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
