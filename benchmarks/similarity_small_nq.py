@@ -9,7 +9,9 @@ with the core's protocol (L2 flush, CUDA events; CUDA-graph replay when one is u
 then merge or select (prepared launches, as the op launches them):
 
   read         a streaming read of the corpus (16-byte loads, nothing written): the floor
-  default      default_config(1, n=N), what the op takes (the shared-list running top-k, MERGE=2)
+  default      default_config(nq, n=next_pow2(N)), what the op takes: since 76449c4 on sm_90 (16-bit, up to
+               DENSE_MAX_N rows) a dense search, before the shared-list running top-k (MERGE=2) that the BN=128 and
+               BN=256 arms keep
   BN=256       256-row tiles over 8 warps (the default at every N before SHORT_TILES_MAX_N was introduced)
   BN=128       128-row tiles (twice the tiles: at 50K 131 splits of three)
   BN=64        64-row tiles over 4 warps
@@ -19,6 +21,9 @@ then merge or select (prepared launches, as the op launches them):
                key to the matrix, then the select kernel: the tuner's best at 1 x 50K on an H100
                (results/tune_similarity_1x50000x768x10_h100.json)
   pp dense BN=128  the same with 128-row tiles
+
+(results/similarity_small_nq_pp*_h100.json were recorded before the dense rule, at b8c28ac: their "default" is the
+fused default, the BN=128 arm. Their environment records 4a9eef7+dirty, the device copy's stale git metadata.)
 
 Every variant's indices are checked against the default's (the same keys and tie rule: identical). Results:
 benchmarks/results/similarity_small_nq.json (environment fingerprint inside); a table last.
@@ -42,8 +47,9 @@ def variants(nq: int, dtype: str, n: int) -> dict[str, dict]:
     """The configs compared at one query count, dtype and corpus size (before fit_config)."""
     from tunelab.kernel import current_arch
     from tunelab.ops import similarity as sim
+    from tunelab.tuning.family import next_pow2
 
-    base = sim.default_config(nq, K, dtype, D, n=n)
+    base = sim.default_config(nq, K, dtype, D, n=next_pow2(n))  # as the op: the store bucket's N
     mm = dict(base, BLOCK_Q=8, BLOCK_K=256 // (4 if dtype == "float32" else 2), STAGES=3, MERGE=2, EPI_ROWS=128,
               MMA=0)  # the mma.sync tiling the arms below vary, whatever the default is
     dense = sim.MERGE_DENSE

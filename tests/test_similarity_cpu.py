@@ -586,7 +586,9 @@ def test_short_tiles_for_few_queries_over_small_corpora():
     sim = _sim()
     bn = lambda nq, n, dt="float16": sim.default_config(nq, 10, dt, 768, arch="sm_90", n=n)["BLOCK_N"]  # noqa: E731
     assert sim.SHORT_TILES_MAX_N == 262144
-    assert bn(1, 65536) == bn(8, 262144) == bn(1, 65536, "bfloat16") == 128
+    assert bn(8, 262144) == bn(1, 131072, "bfloat16") == 128
+    # below DENSE_MAX_N the short tiles remain where the dense search does not apply (k above the select's 32)
+    assert sim.default_config(1, 33, "float16", 768, arch="sm_90", n=65536)["BLOCK_N"] == 128
     assert bn(1, 524288) == bn(1, 65536, "float32") == bn(1, None) == 256
     cfg = sim.default_config(1, 10, "bfloat16", 768, arch="sm_90", n=131072)
     assert (cfg["WARPS_N"], cfg["MMA"], cfg["MERGE"]) == (8, 0, 2)
@@ -604,14 +606,19 @@ def test_dense_search_for_few_queries_over_small_corpora():
         nq, k, dt, 768, arch=arch, n=n)
     assert sim.FEW_QUERIES_MMA_DENSE_MAX_N == 32768
     for nq in (1, 8):
-        for n in (1, 1024, 32768):
-            c = cfg(nq, n)
+        for n, k in ((16, 10), (1024, 32), (32768, 10)):
+            c = cfg(nq, n, k=k)
             assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["BLOCK_Q"]) == (sim.MERGE_DENSE, 0, 128, 8), (nq, n, c)
         c = cfg(nq, 65536, k=32, dt="bfloat16")
         assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["STAGES"]) == (sim.MERGE_DENSE, 3, 128, 5), (nq, c)
-        for fused in (cfg(nq, 131072), cfg(nq, 65536, k=33), cfg(nq, 65536, dt="float32"),
-                      cfg(nq, 65536, arch="sm_80"), cfg(nq, None)):
+        # rows TMA cannot read (2 * d not a multiple of 16): the measured mma.sync dense config, not an MMA=1 one
+        c100 = sim.default_config(nq, 10, "float16", 100, arch="sm_90", n=65536)
+        assert (c100["MERGE"], c100["MMA"], c100["BLOCK_N"], c100["STAGES"]) == (sim.MERGE_DENSE, 0, 128, 3), c100
+        for fused in (cfg(nq, 131072), cfg(nq, 65536, k=33), cfg(nq, None)):
             assert fused["MERGE"] != sim.MERGE_DENSE, (nq, fused)
+        # fp32 and sm_80 keep the fused few-query config exactly
+        for c, bn in ((cfg(nq, 65536, dt="float32"), 256), (cfg(nq, 65536, arch="sm_80"), 128)):
+            assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["BLOCK_Q"], c["STAGES"]) == (2, 0, bn, 8, 3), (nq, c)
     for n, dt, metric in ((32768, "float16", "cosine"), (65536, "bfloat16", "l2")):
         c = cfg(8, n, dt=dt)
         r = sim.compile_search(c, dtype=dt, metric=metric, arch="sm_90").resources

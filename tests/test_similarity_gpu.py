@@ -285,6 +285,36 @@ def test_dense_search_matches_fused_and_reference():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the dense defaults for few queries and for fp32: sm_90 only")
+def test_dense_defaults_for_few_queries_and_fp32_match_fused():
+    """The dense defaults for few queries (16-bit, nq <= 8: the mma.sync loop up to 32768 rows, ping-pong above) and
+    for fp32 (nq 9..112, the mma.sync loop with 4 x 2 warps) give the answer of the fused search on the same main
+    loop (bit-identical keys) for every metric and k from 1 to 32, with N not a multiple of a tile and past the
+    select kernel's shared-memory window (51 Ki entries), and pass the reference check; the op resolves to them."""
+    from tunelab.tuning.families.similarity import check_topk
+    from tunelab.tuning.family import next_pow2
+
+    sim = _sim()
+    for dt, nq, n, mma in (("float16", 1, 30001, 0), ("bfloat16", 8, 60001, 3), ("float32", 33, 60001, 0)):
+        q, c = _inputs(dt, nq=nq, n=n, d=D_WG, seed=nq)
+        dense = sim.default_config(nq, 10, dt, D_WG, n=next_pow2(n))
+        assert (dense["MERGE"], dense["MMA"]) == (sim.MERGE_DENSE, mma), (dt, nq, dense)
+        # the fused search on the same main loop: ping-pong takes thread lists, mma.sync shared lists
+        fused = dict(dense, MERGE=4 if mma == 3 else 2)
+        for metric in METRICS:
+            for k in (1, 10, 32):
+                s, i = sim.similarity_search(q, c, k, metric=metric, config=dense)
+                s0, i0 = sim.similarity_search(q, c, k, metric=metric, config=sim.fit_config(fused, k, dt))
+                assert torch.equal(i, i0), (dt, nq, metric, k)
+                torch.testing.assert_close(s, s0, rtol=1e-6, atol=1e-6 * float(s0.abs().max()))
+            rep = check_topk(s, i, q, c, 32, metric)
+            assert rep.ok, (dt, nq, metric, rep.reason)
+        s_op, i_op = sim.similarity_search(q, c, 10)  # the op's own resolution: the dense default
+        s_d, i_d = sim.similarity_search(q, c, 10, config=dense)
+        assert torch.equal(i_op, i_d), (dt, nq)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="thread-block clusters: sm_90 only")
 def test_clusters_match_for_any_split_count_and_when_streamed():
     """Cluster configs give the unclustered answer bit for bit whatever the split count (forced counts round up to

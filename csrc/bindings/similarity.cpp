@@ -107,7 +107,8 @@ void bind_similarity(py::module_& m) {
           "2, 3 shared lists, 8 or 4 warps.");
     s.def("merge_threads", &sl::merge_threads, py::arg("kind"));
     s.def("dense_ld", &tunelab::sim::topk_dense_ld, py::arg("n"),
-          "Row stride (floats) of MERGE=5's dense key matrix over n rows: n rounded up to a multiple of 4.");
+          "Row stride (floats) of MERGE=5's dense key matrix over n rows: n rounded up to a multiple of kDenseLdAlign "
+          "(4, params.cuh).");
     s.def("merge_smem_bytes", &sl::merge_smem_bytes, py::arg("kind"), py::arg("k"));
     s.def("merge_name_expression", &sl::merge_name_expression, py::arg("dtype"), py::arg("metric"), py::arg("kind"));
     s.def(

@@ -151,6 +151,12 @@ def dense_ld(n: int) -> int:
     return int(_S.dense_ld(int(n)))
 
 
+def _few_query_mma_dense(vec: int = 16) -> dict[str, int]:
+    """The dense search of at most 8 queries on the mma.sync loop (16-bit: 128-row tiles, 256-byte slices, 8 warps,
+    3 stages): :func:`default_config`'s choice up to FEW_QUERIES_MMA_DENSE_MAX_N rows."""
+    return _cfg(128, 8, 128, 8, 1, 3, vec=vec, merge=MERGE_DENSE)
+
+
 def _round8(n: int) -> int:
     return max(8, (int(n) + 7) // 8 * 8)
 
@@ -194,7 +200,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       :data:`DENSE_MAX_N` rows: the dense search (MERGE=5, every key to the nq x N matrix, then the select
       kernel), on the mma.sync loop above with 128-row tiles up to :data:`FEW_QUERIES_MMA_DENSE_MAX_N` rows, on
       the ping-pong warpgroups (MMA=3, 128-row tiles, 5 stages) above. Found by the tuner at 1 x 50K on an H100
-      (results/tune_similarity_1x50000x768x10_h100.json: MMA=3 with MERGE=5 42.0 against the default's 45.3 us)
+      (results/tune_similarity_1x50000x768x10_h100.json: MMA=3 with MERGE=5 41.8 against the default's 45.3 us)
       and measured on an H100 against the fused default (benchmarks/similarity_small_nq.py,
       results/similarity_small_nq_pp*_h100.json, fp16, search then select or merge; nq = 1, and nq = 8 within 2
       us of it): 10.7 against 12.3 us at 10K, 14.1 against 17.9 at 17K, 17.2 against 20.0 at 25K, 34.8 against
@@ -270,17 +276,18 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     wgmma = eb == 2 and sm90
     lists_hold_k = k <= _S.thread_list_capacity(3)  # MERGE=3's 16-entry thread lists
     pingpong = wgmma and lists_hold_k  # MMA=3 keeps thread lists
-    few_dense = wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K
-    if nq <= 8 and few_dense and n <= FEW_QUERIES_MMA_DENSE_MAX_N:
-        cfg = _cfg(128, 8, 128, 8, 1, 3, merge=MERGE_DENSE)
-    elif nq <= 8 and few_dense:
+    # the dense search's rule (sm_90, a key matrix of at most DENSE_MAX_N rows, k within the select kernel's)
+    dense = sm90 and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K
+    if nq <= 8 and dense and wgmma and n <= FEW_QUERIES_MMA_DENSE_MAX_N:
+        cfg = _few_query_mma_dense()
+    elif nq <= 8 and dense and wgmma:
         cfg = _cfg(128, 8, 64, 8, 1, 5, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 8:
         short = not big or (eb == 2 and n is not None and n <= SHORT_TILES_MAX_N)
         cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3)
-    elif nq <= 112 and wgmma and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K:
+    elif nq <= 112 and dense and wgmma:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
-    elif nq <= 112 and eb == 4 and sm90 and n is not None and n <= DENSE_MAX_N and k <= SELECT_MAX_K:
+    elif nq <= 112 and dense and eb == 4:
         cfg = _cfg(128, max(16, (int(nq) + 15) // 16 * 16), 64, 4, 2, 2, merge=MERGE_DENSE, epi=64)
     elif nq <= 112 and pingpong:
         cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)
@@ -313,7 +320,11 @@ def _thread_lists_fit(config: Mapping[str, Any]) -> bool:
 def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limit: int) -> dict:
     """An MMA 2 or 3 config moved to the cp.async wgmma loop (MMA=1, STAGES >= 3), for rows TMA cannot read: thread
     lists give way to shared lists (MERGE=2) where MMA=1's registers cannot hold them, then the shared memory is
-    fitted again. Tiles whose accumulators MMA=1 cannot hold (256 rows of 128 queries) are halved."""
+    fitted again. Tiles whose accumulators MMA=1 cannot hold (256 rows of 128 queries) are halved. A dense search of
+    one query tile of 8 (the few-query default above FEW_QUERIES_MMA_DENSE_MAX_N) takes the few-query dense config
+    of the mma.sync loop instead, the one measured below that size."""
+    if config["MERGE"] == MERGE_DENSE and config["BLOCK_Q"] == 8:
+        return fit_config(_few_query_mma_dense(vec=config["VEC"]), k, dtype, limit, metric)
     cfg = dict(_with_mma(config, 1), STAGES=max(3, config["STAGES"]))
     while accumulators(cfg) > max_accumulators(cfg) and cfg["BLOCK_N"] > 64 * (cfg["WARPS_N"] // 4):
         cfg["BLOCK_N"] //= 2
