@@ -36,9 +36,10 @@ QUICK_SHAPES = [(100, 50_000), (100, 200_000), (1, 50_000)]
 
 
 class Prepared:
-    """One search config over fixed GPU tensors: the two prepared launches and their buffers."""
+    """One search config over fixed GPU tensors: the two prepared launches and their buffers (``splits``: a forced
+    split count, as CompiledSearch.plan takes it; None: one resident wave)."""
 
-    def __init__(self, cfg: dict, q, c):
+    def __init__(self, cfg: dict, q, c, splits: int | None = None):
         import torch
 
         from tunelab.ops import similarity as sim
@@ -48,7 +49,7 @@ class Prepared:
         dtype = sim._dtype_name(q)
         self.config = sim.fit_config(cfg, K, dtype, sim.smem_limit(sim._arch(dev)), "ip")
         self.cs = sim.compile_search(self.config, dtype=dtype, metric="ip", arch=sim._arch(dev))
-        self.plan = self.cs.plan(dev, nq, n, K)
+        self.plan = self.cs.plan(dev, nq, n, K, splits)
         self.ck, self.ci = self.cs.candidate_buffers(self.plan, nq, n, K, q.device)
         self.scores = torch.empty((nq, K), dtype=torch.float32, device=q.device)
         self.indices = torch.empty((nq, K), dtype=torch.int64, device=q.device)

@@ -9,7 +9,9 @@ any GPU:
 
   search   the nq = 1 default config of each dtype (fp32, fp16) over an L2-resident corpus (``--n`` rows of d = 768:
            38 MB of fp32 at the default 12288) on ``--splits`` blocks (default 8: 6 tiles each, so the steady state
-           dominates), back to back without an L2 flush; reported as corpus bytes per busy SM and second
+           dominates), back to back without an L2 flush; reported as corpus bytes per busy SM and second (since
+           76449c4 the fp16 default at this N on sm_90 is the dense search, whose search kernel also writes the
+           12288 keys; the results of f65bf36 and before ran the fused one)
   read     a kernel that only reads the same L2-resident bytes, on every SM
   gram     the complex64 Gram kernel (N = ``--gram-n`` states of dimension 256, the 3xTF32 main loop and nothing
            else: compute-bound), with the core's protocol, and its largest error against a complex128 reference
@@ -35,6 +37,7 @@ NQ, D, K = 1, 768, 10
 def main() -> int:
     import torch
 
+    from similarity_dense import Prepared
     from tunelab.ops import similarity as sim
     from tunelab.timing import time_callable
 
@@ -50,7 +53,6 @@ def main() -> int:
     clock = warm_up_gpu()
     dev = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(dev)
-    arch = sim._arch(dev)
     stream = int(torch.cuda.current_stream().cuda_stream)
     reader = corpus_reader()
     rows = {}
@@ -60,13 +62,8 @@ def main() -> int:
         if nbytes > props.L2_cache_size * 0.8:
             raise SystemExit(f"--n {args.n}: the {dtype} corpus takes {nbytes / 1e6:.0f} MB, more than 80% of the "
                              f"{props.L2_cache_size / 1e6:.0f} MB L2; pass a smaller --n")
-        cfg = sim.fit_config(sim.default_config(NQ, K, dtype, D, n=args.n), K, dtype, sim.smem_limit(arch), "ip")
-        cs = sim.compile_search(cfg, dtype=dtype, metric="ip", arch=arch)
-        plan = cs.plan(dev, NQ, args.n, K, args.splits)
-        ck, ci = cs.candidate_buffers(plan, NQ, args.n, K, q.device)
-        scores = torch.empty((NQ, K), dtype=torch.float32, device="cuda")
-        idx = torch.empty((NQ, K), dtype=torch.int64, device="cuda")
-        search, _ = cs.prepare(dev, q, c, K, ck, ci, scores, idx, plan)
+        prep = Prepared(sim.default_config(NQ, K, dtype, D, n=args.n), q, c, splits=args.splits)
+        cfg, plan, search = prep.config, prep.plan, prep.search
         if args.ncu:
             if dtype == "float32":
                 for _ in range(20):

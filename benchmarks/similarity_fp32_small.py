@@ -7,12 +7,12 @@ shapes a default rule would cover. For each nq in ``--nqs`` and N in ``--ns`` (f
 it times, interleaved in rounds with the core's protocol (L2 flush, CUDA events; similarity_dense.time_all):
 
   torch       torch.topk(Q @ C.T), the family's baseline
-  default     default_config(nq, n=next_pow2(N)): what the op takes (since 8878000 the dense config below, on sm_90
-              up to DENSE_MAX_N rows)
-  fused       the fused default, default_config(nq) without N (256-row tiles): what the op took before
+  fused       the fused default, default_config(nq) without N (256-row tiles): what the op takes above DENSE_MAX_N
+              rows, and took everywhere before 8878000
   fused-128   the same with 128-row tiles (at 50K the 256-row tiles make 98 splits of two and leave 34 of 132 SMs
               idle)
-  dense       the tuner's dense config, BLOCK_Q = nq rounded up to 16
+  dense       the dense default, default_config(nq, n=DENSE_MAX_N) (sm_90: the tuner's config, BLOCK_Q = nq rounded
+              up to 16), also past DENSE_MAX_N rows, where the op does not take it
 
 Every variant's indices are checked against fused-128's (the same keys and tie rule: identical). Results:
 benchmarks/results/similarity_fp32_small[_<tag>].json (environment fingerprint inside); a table last.
@@ -34,20 +34,13 @@ from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # 
 D, K = 768, 10
 
 
-def dense_config(nq: int) -> dict:
-    """The tuner's dense fp32 config at 100 x 50K, with BLOCK_Q = nq rounded up to 16 (two warps of queries)."""
-    return dict(BLOCK_N=128, BLOCK_Q=max(16, (nq + 15) // 16 * 16), BLOCK_K=64, WARPS_N=4, WARPS_Q=2, STAGES=2,
-                VEC=16, MERGE=5, EPI_ROWS=64, MIN_BLOCKS=1, MMA=0, CLUSTER=1, PREFETCH=0)
-
-
-def variants(nq: int, n: int) -> dict[str, dict]:
-    """The configs compared at one shape (before fit_config)."""
+def variants(nq: int) -> dict[str, dict]:
+    """The configs compared at one query count (before fit_config)."""
     from tunelab.ops import similarity as sim
-    from tunelab.tuning.family import next_pow2
 
     fused = sim.default_config(nq, K, "float32", D)
-    return {"default": sim.default_config(nq, K, "float32", D, n=next_pow2(n)), "fused": fused,
-            "fused-128": dict(fused, BLOCK_N=128), "dense": dense_config(nq)}
+    return {"fused": fused, "fused-128": dict(fused, BLOCK_N=128),
+            "dense": sim.default_config(nq, K, "float32", D, n=sim.DENSE_MAX_N)}
 
 
 def main() -> int:
@@ -71,7 +64,7 @@ def main() -> int:
     for nq in nqs:
         for n in ns:
             q, c = draw_search_inputs(nq, n, D, torch.float32, seed=n + nq)
-            preps = {name: Prepared(cfg, q, c) for name, cfg in variants(nq, n).items()}
+            preps = {name: Prepared(cfg, q, c) for name, cfg in variants(nq).items()}
             for p in preps.values():
                 p()
             torch.cuda.synchronize()
@@ -92,7 +85,7 @@ def main() -> int:
     name = "similarity_fp32_small" + (f"_{args.tag}" if args.tag else "")
     path = write_result(name, {"d": D, "k": K, "sm_mhz_after_warmup": clock, "rows": rows})
     print(f"wrote {path}")
-    names = ("torch", "default", "fused", "fused-128", "dense")
+    names = ("torch", "fused", "fused-128", "dense")
     print(f"{'nq':>4} {'N':>7} " + " ".join(f"{x:>10}" for x in names) + "  dense vs fused")
     for r in rows:
         v = r["variants"]

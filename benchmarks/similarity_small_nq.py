@@ -45,19 +45,17 @@ D, K = 768, 10
 
 def variants(nq: int, dtype: str, n: int) -> dict[str, dict]:
     """The configs compared at one query count, dtype and corpus size (before fit_config)."""
-    from tunelab.kernel import current_arch
     from tunelab.ops import similarity as sim
     from tunelab.tuning.family import next_pow2
 
     base = sim.default_config(nq, K, dtype, D, n=next_pow2(n))  # as the op: the store bucket's N
-    mm = dict(base, BLOCK_Q=8, BLOCK_K=256 // (4 if dtype == "float32" else 2), STAGES=3, MERGE=2, EPI_ROWS=128,
-              MMA=0)  # the mma.sync tiling the arms below vary, whatever the default is
+    mm = sim.default_config(nq, K, dtype, D)  # without N: the fused mma.sync config the arms below vary
     dense = sim.MERGE_DENSE
     out = {"default": base, "BN=256": dict(mm, BLOCK_N=256, WARPS_N=8), "BN=128": dict(mm, BLOCK_N=128, WARPS_N=8),
            "BN=64": dict(mm, BLOCK_N=64, WARPS_N=4), "BN=256 dense": dict(mm, BLOCK_N=256, WARPS_N=8, MERGE=dense),
            "BN=128 dense": dict(mm, BLOCK_N=128, WARPS_N=8, MERGE=dense)}
-    if dtype != "float32" and sim.wgmma_supported(current_arch()):
-        pp = dict(mm, BLOCK_Q=8, BLOCK_K=64, WARPS_N=8, STAGES=5, MERGE=dense, EPI_ROWS=64, MMA=3)
+    pp = sim.default_config(nq, K, dtype, D, n=sim.DENSE_MAX_N)  # sm_90, 16-bit: the ping-pong dense default
+    if pp["MMA"] == 3:
         out["pp dense BN=64"] = dict(pp, BLOCK_N=64)
         out["pp dense BN=128"] = dict(pp, BLOCK_N=128)
     return out

@@ -161,6 +161,10 @@ def _round8(n: int) -> int:
     return max(8, (int(n) + 7) // 8 * 8)
 
 
+def _round16(n: int) -> int:
+    return max(16, (int(n) + 15) // 16 * 16)
+
+
 #: The largest corpus (the store bucket's N: the next power of two) for which the default config is MERGE=5 (see
 #: :func:`default_config`): the select kernel holds rows of up to 51 Ki keys in shared memory.
 DENSE_MAX_N = 65536
@@ -288,13 +292,13 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     elif nq <= 112 and dense and wgmma:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 112 and dense and eb == 4:
-        cfg = _cfg(128, max(16, (int(nq) + 15) // 16 * 16), 64, 4, 2, 2, merge=MERGE_DENSE, epi=64)
+        cfg = _cfg(128, _round16(nq), 64, 4, 2, 2, merge=MERGE_DENSE, epi=64)
     elif nq <= 112 and pingpong:
         cfg = _cfg(192, _round8(nq), 64, 8, 1, 4, merge=3, epi=64, mma=3)
         if accumulators(cfg) > max_accumulators(cfg):  # 192-row tiles of more than 72 queries spill
             cfg["BLOCK_N"] = 128
     elif nq <= 112:
-        bq = max(16, (int(nq) + 15) // 16 * 16)
+        bq = _round16(nq)
         cfg = _cfg(128, bq, 64, 8, 1, 5, mma=2) if wgmma else _cfg(256 if big else 128, bq, 128 // eb, 4, 2, 3)
     elif pingpong:
         cfg = _cfg(128, 128, 64, 8, 1, 5, merge=3, epi=64, mma=3)
