@@ -285,6 +285,46 @@ def test_dense_search_matches_fused_and_reference():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the filtered search's ping-pong configs: sm_90 only")
+def test_filtered_search_matches_dense_and_reference():
+    """MERGE=6 (the keys that reach a global bar, then the select over the candidate rows) gives the dense search's
+    answer on the same main loop (bit-identical keys, same tie rule) for every metric and dtype, k from 1 to 32, N
+    not a multiple of a tile; its bars and counts are zeros again after every call, so calls on new corpora stay
+    right; rows that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an explicit
+    MERGE=6."""
+    from tunelab.errors import InputError
+    from tunelab.tuning.families.similarity import check_topk
+
+    sim = _sim()
+    for dt, nq, n in (("float16", 100, 60001), ("bfloat16", 8, 30001), ("float32", 33, 20001)):
+        q, c = _inputs(dt, nq=nq, n=n, d=D_WG, seed=nq + 5)
+        dense = sim.default_config(nq, 10, dt, D_WG, n=65536)
+        assert dense["MERGE"] == sim.MERGE_DENSE, dense
+        filtered = dict(dense, MERGE=sim.MERGE_FILTERED)
+        for metric in METRICS:
+            for k in (1, 10, 32):
+                s, i = sim.similarity_search(q, c, k, metric=metric, config=filtered)
+                s0, i0 = sim.similarity_search(q, c, k, metric=metric, config=dense)
+                assert torch.equal(i, i0), (dt, metric, k)
+                assert torch.equal(s, s0), (dt, metric, k)
+                state = sim.filter_state(q.device, nq)
+                assert int(state.count_nonzero()) == 0, (dt, metric, k)
+            rep = check_topk(s, i, q, c, 32, metric)
+            assert rep.ok, (dt, metric, rep.reason)
+        c2 = torch.flip(c, dims=(0,)).contiguous()  # a new corpus: stale bars would drop its best rows
+        s2, i2 = sim.similarity_search(q, c2, 10, config=filtered)
+        assert torch.equal(i2, sim.similarity_search(q, c2, 10, config=dense)[1]), dt
+    row = torch.randint(-2, 3, (1, D_WG), device="cuda").to(torch.float16)
+    tied = row.repeat(3000, 1)
+    qt = torch.randint(-2, 3, (5, D_WG), device="cuda").to(torch.float16)
+    cfg = dict(sim.default_config(16, 10, "float16", D_WG, n=4096), MERGE=sim.MERGE_FILTERED)
+    _, it = sim.similarity_search(qt, tied, 10, config=cfg)
+    assert torch.equal(it.cpu(), torch.arange(10).repeat(5, 1))
+    with pytest.raises(InputError, match="MERGE=6"):
+        sim.similarity_search(qt, tied, 10, config=cfg, memory_budget=64 << 20)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="the dense defaults for few queries and for fp32: sm_90 only")
 def test_dense_defaults_for_few_queries_and_fp32_match_fused():
     """The dense defaults for few queries (16-bit, nq <= 8: the mma.sync loop up to 32768 rows, ping-pong above) and

@@ -71,15 +71,18 @@ void bind_similarity(py::module_& m) {
         "topk_pack",
         [](const sl::Config& c, int dtype, unsigned long long q, unsigned long long corpus, unsigned long long ck,
            unsigned long long ci, long long qs, long long cs, long long base, long long nq, long long n, long long d,
-           long long k, int num_tiles, int tiles_per_split, int list_offset, long long dense_ld) {
+           long long k, int num_tiles, int tiles_per_split, int list_offset, long long dense_ld,
+           unsigned long long filter_state) {
             return py::bytes(sl::topk_pack(c, dtype, q, corpus, ck, ci, qs, cs, base, nq, n, d, k, num_tiles,
-                                           tiles_per_split, list_offset, dense_ld));
+                                           tiles_per_split, list_offset, dense_ld, filter_state));
         },
         py::arg("config"), py::arg("dtype"), py::arg("queries"), py::arg("corpus"), py::arg("cand_key"),
         py::arg("cand_idx"), py::arg("q_stride"), py::arg("c_stride"), py::arg("index_base"), py::arg("nq"),
         py::arg("n"), py::arg("d"), py::arg("k"), py::arg("num_tiles"), py::arg("tiles_per_split"),
-        py::arg("list_offset"), py::arg("dense_ld") = 0,
-        "SearchParams bytes (pass to ArgPack.raw(bytes, 8)). MERGE=5: cand_key is the [nq][dense_ld] key matrix.");
+        py::arg("list_offset"), py::arg("dense_ld") = 0, py::arg("filter_state") = 0,
+        "SearchParams bytes (pass to ArgPack.raw(bytes, 8)). MERGE=5: cand_key is the [nq][dense_ld] key matrix; "
+        "MERGE=6: cand_key / cand_idx the [nq][dense_ld] candidate rows and filter_state the bars and counts (FILTER_STRIDE words a query) "
+        "(zeros).");
 
     // merge
     {
@@ -90,6 +93,8 @@ void bind_similarity(py::module_& m) {
         s.attr("MERGE_SORTED") = static_cast<int>(ts::kMergeSorted);
         s.attr("MERGE_SELECT") = static_cast<int>(ts::kMergeSelect);
         s.attr("MERGE_DENSE") = static_cast<int>(ts::kMergeDense);  // the search's MERGE value that writes the keys
+        s.attr("MERGE_FILTERED") = static_cast<int>(ts::kMergeFiltered);  // ... that writes the keys that reach a bar
+        s.attr("FILTER_STRIDE") = static_cast<int>(ts::kFilterStride);   // its state's words per query
         s.attr("SELECT_MAX_K") = static_cast<int>(ts::kSelectMaxK);
         // the diagnosis build's timeline slots (params.cuh), for benchmarks/similarity_probe.py --trace
         py::dict slots;
@@ -115,16 +120,17 @@ void bind_similarity(py::module_& m) {
         "merge_pack",
         [](unsigned long long ck, unsigned long long ci, unsigned long long q, long long qs, unsigned long long ok,
            unsigned long long oi, unsigned long long os, unsigned long long ox, long long nq, long long d, long long k,
-           long long lists, long long list_len, long long list_stride, long long query_stride, bool implicit) {
+           long long lists, long long list_len, long long list_stride, long long query_stride, bool implicit,
+           unsigned long long filter_state) {
             return py::bytes(sl::merge_pack(ck, ci, q, qs, ok, oi, os, ox, nq, d, k, lists, list_len, list_stride,
-                                            query_stride, implicit));
+                                            query_stride, implicit, filter_state));
         },
         py::arg("cand_key"), py::arg("cand_idx"), py::arg("queries"), py::arg("q_stride"), py::arg("out_key"),
         py::arg("out_idx"), py::arg("out_score"), py::arg("out_index"), py::arg("nq"), py::arg("d"), py::arg("k"),
         py::arg("num_lists"), py::arg("list_len") = 0, py::arg("list_stride") = 0, py::arg("query_stride") = 0,
-        py::arg("implicit_index") = false,
+        py::arg("implicit_index") = false, py::arg("filter_state") = 0,
         "MergeParams bytes (pass to ArgPack.raw(bytes, 8)); 0 skips an output pair. list_len > 0: lists of a dense "
-        "score matrix at the given strides (elements).");
+        "score matrix at the given strides (elements). filter_state: the select after a MERGE=6 search.");
 
     // Gram
     s.def("gram_param_names", &sl::gram_param_names);

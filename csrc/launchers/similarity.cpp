@@ -51,8 +51,9 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"WARPS_Q", {1, 2, 4}},          // warps along the queries
             {"STAGES", {2, 3, 4, 5, 6}},     // cp.async ring depth
             {"VEC", {4, 8, 16}},             // bytes per cp.async
-            {"MERGE", {0, 1, 2, 3, 4, 5}},   // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32),
-                                             // 5 dense: every key to an nq x N matrix, then the select kernel
+            {"MERGE", {0, 1, 2, 3, 4, 5, 6}},  // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32),
+                                               // 5 dense: every key to an nq x N matrix, then the select kernel;
+                                               // 6 filtered: the keys that reach a global bar, then the select
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
             {"MMA", {0, 1, 2, 3}},           // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
@@ -138,7 +139,7 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
             config_error(fam, "MMA=3 (ping-pong warpgroups) needs WARPS_N=8: two MMA warpgroups that take turns on "
                               "the tiles; got WARPS_N=" + std::to_string(c.warps_n) + " (use MMA=2 for one warpgroup)");
         if (c.mma == 3 && c.merge < 3)
-            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or MERGE=5 (dense): "
+            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or MERGE 5, 6 (dense, filtered): "
                               "each warpgroup keeps its own lists; got MERGE=" + std::to_string(c.merge) +
                               " (use MMA=2 for MERGE 0..2)");
     }
@@ -157,8 +158,10 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
 }
 
 void topk_check_k(const TopkConfig& c, long long k) {
-    if (tunelab::sim::topk_dense(c.merge) && k > tunelab::sim::kSelectMaxK)
-        config_error("similarity", "MERGE=5 (dense key matrix) is followed by the select kernel, which takes k <= " +
+    if (!tunelab::sim::topk_keeps_lists(c.merge) && k > tunelab::sim::kSelectMaxK)
+        config_error("similarity", "MERGE=" + std::to_string(c.merge) + " (" +
+                                       (tunelab::sim::topk_dense(c.merge) ? "dense key matrix" : "filtered candidates") +
+                                       ") is followed by the select kernel, which takes k <= " +
                               std::to_string(tunelab::sim::kSelectMaxK) + "; k=" + std::to_string(k) +
                               " needs MERGE 0..4");
     const int cap = tunelab::sim::thread_list_capacity(c.merge);
@@ -173,18 +176,24 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     // Mirrors TopkTraits: pipeline ring, score tile (thread lists: also the candidate queues), per-warp scratch
     // lists (not with thread lists), row norms (cosine, l2), per-query {len, sel, thr_key, thr_idx} and the
     // pre-check's hit flags [WARPS_N][BLOCK_Q] (thread lists: each part's k-th key). Ping-pong (MMA=3) has a score
-    // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows. MERGE=5 (dense) has
+    // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows. MERGE=6 (filtered) has
+    // the filter region (per group and query column, topk_filter_pitch() floats) in the score tile's place. MERGE=5
+    // (dense) has
     // the ring and the row norms only.
     const bool thread_lists = tunelab::sim::topk_thread_lists(c.merge);
-    const bool dense = tunelab::sim::topk_dense(c.merge);
+    const bool no_lists = !tunelab::sim::topk_keeps_lists(c.merge);
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
     const long long stage = (c.block_n + tunelab::sim::topk_query_rows(c.block_q, c.cluster)) * row_bytes;
     const long long epi = c.epi_rows();
     const long long groups = tunelab::sim::topk_tile_groups(c.mma);
-    const long long score = dense ? 0 : groups * c.block_q * (epi + 4) * 4;
-    const long long scratch = thread_lists || dense ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
+    const int group_warps = c.warps_n * c.warps_q / static_cast<int>(groups);
+    const long long score =
+        tunelab::sim::topk_filtered(c.merge)
+            ? groups * c.block_q * tunelab::sim::topk_filter_pitch(group_warps, c.warps_q) * 4LL
+            : no_lists ? 0 : groups * c.block_q * (epi + 4) * 4;
+    const long long scratch = thread_lists || no_lists ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
     const long long norms = metric != 0 ? groups * c.block_n * 4LL : 0;
-    const long long meta = dense          ? 0
+    const long long meta = no_lists       ? 0
                            : thread_lists ? tunelab::sim::topk_list_parts(c.threads(), c.block_q, c.mma) * c.block_q * 4LL
                                           : c.block_q * 16LL + c.warps_n * c.block_q * 4LL;
     return c.stages * stage + score + scratch + norms + meta + tunelab::sim::topk_mbarrier_bytes(c.mma, c.stages);
@@ -264,9 +273,10 @@ int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const st
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
-                      int tiles_per_split, int list_offset, long long dense_ld) {
+                      int tiles_per_split, int list_offset, long long dense_ld, unsigned long long filter_state) {
     const TopkConfig c = topk_validate(config, dtype, 0);
-    const bool dense = tunelab::sim::topk_dense(c.merge);
+    const bool no_lists = !tunelab::sim::topk_keeps_lists(c.merge);
+    const bool filtered = tunelab::sim::topk_filtered(c.merge);
     topk_check_k(c, k);
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
     if (n < 1 || n > INT_MAX) throw InputError("n=" + std::to_string(n) + " must be in 1..2^31-1");
@@ -279,20 +289,29 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     if (q_stride < d || c_stride < d)
         throw InputError("row strides (queries " + std::to_string(q_stride) + ", corpus " + std::to_string(c_stride) +
                          " elements) must be >= d=" + std::to_string(d));
-    if (dense) {  // MERGE=5: cand_key is the [nq][dense_ld] key matrix (chunk-local columns); cand_idx is not used
-        null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the dense key matrix)", cand_key}});
+    if (no_lists) {  // MERGE=5: cand_key is the [nq][dense_ld] key matrix (chunk-local columns), cand_idx unused;
+                     // MERGE=6: cand_key / cand_idx are [nq][dense_ld] candidate rows, filter_state kFilterStride words a query
+        const std::string m = "MERGE=" + std::to_string(c.merge);
+        if (filtered)
+            null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the candidate keys)", cand_key},
+                        {"cand_idx (the candidate rows)", cand_idx}, {"filter_state (the bars and counts)", filter_state}});
+        else
+            null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the dense key matrix)", cand_key}});
         constexpr int align = tunelab::sim::kDenseLdAlign;
         if (dense_ld < n || dense_ld % align != 0 || dense_ld > INT_MAX)
-            throw InputError("MERGE=5: the dense key matrix's row stride dense_ld=" + std::to_string(dense_ld) +
+            throw InputError(m + ": the key matrix's row stride dense_ld=" + std::to_string(dense_ld) +
                              " must be a multiple of " + std::to_string(align) + " floats, at least n=" +
                              std::to_string(n) +
                              " (16-byte rows for the select kernel's copies): allocate the matrix with "
                              "CompiledSearch.candidate_buffers(), whose rows are dense_ld(n) floats");
         if (cand_key % 16)
-            throw InputError("MERGE=5: the dense key matrix must be 16-byte aligned (it is at byte " +
+            throw InputError(m + ": the key matrix must be 16-byte aligned (it is at byte " +
                              std::to_string(cand_key % 16) + " of 16)");
+        if (filter_state % 4)
+            throw InputError(m + ": filter_state must be 4-byte aligned (it is at byte " +
+                             std::to_string(filter_state % 4) + " of 4): pass an int32 tensor");
         if (index_base != 0 || list_offset != 0)
-            throw InputError("MERGE=5 writes one corpus's keys (index_base=" + std::to_string(index_base) +
+            throw InputError(m + " writes one corpus's keys (index_base=" + std::to_string(index_base) +
                              ", list_offset=" + std::to_string(list_offset) + " must be 0): streamed corpora take "
                              "MERGE 0..4");
     } else {
@@ -330,6 +349,7 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     p.corpus = reinterpret_cast<const void*>(corpus);
     p.cand_key = reinterpret_cast<float*>(cand_key);
     p.cand_idx = reinterpret_cast<int*>(cand_idx);
+    p.filter_state = filtered ? reinterpret_cast<unsigned*>(filter_state) : nullptr;
     p.q_stride = q_stride;
     p.c_stride = c_stride;
     p.index_base = index_base;
@@ -340,7 +360,7 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     p.num_tiles = num_tiles;
     p.tiles_per_split = tiles_per_split;
     p.list_offset = list_offset;
-    p.dense_ld = dense ? static_cast<int>(dense_ld) : 0;
+    p.dense_ld = no_lists ? static_cast<int>(dense_ld) : 0;
     // clusters walk tiles_per_split tiles per block, past num_tiles in the last cluster: their rows must fit int32
     if (c.cluster > 1 &&
         (static_cast<long long>(num_tiles) + static_cast<long long>(c.cluster) * tiles_per_split) * c.block_n > INT_MAX)
@@ -401,7 +421,7 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
                        long long q_stride, unsigned long long out_key, unsigned long long out_idx,
                        unsigned long long out_score, unsigned long long out_index, long long nq, long long d,
                        long long k, long long num_lists, long long list_len, long long list_stride,
-                       long long query_stride, bool implicit_index) {
+                       long long query_stride, bool implicit_index, unsigned long long filter_state) {
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
     if (k < 1 || k > INT_MAX / 8)
         throw InputError("k=" + std::to_string(k) + " must be in 1.." + std::to_string(INT_MAX / 8));
@@ -421,6 +441,11 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
         throw InputError("merge outputs come in pairs: (key, idx) and (score, index)");
     null_check({{"cand_key", cand_key}});
     if (!implicit_index) null_check({{"cand_idx", cand_idx}});
+    if (filter_state && (implicit_index || num_lists != 1 || filter_state % 4))
+        throw InputError("filter_state (the candidate rows of a MERGE=6 search) goes with one row of explicit indices "
+                         "per query (num_lists=1, cand_idx given) and 4-byte alignment; got num_lists=" +
+                         std::to_string(num_lists) + (implicit_index ? ", implicit indices" : "") + ", byte " +
+                         std::to_string(filter_state % 4) + " of 4");
     tunelab::sim::MergeParams p{};
     p.cand_key = reinterpret_cast<const float*>(cand_key);
     p.cand_idx = reinterpret_cast<const int*>(cand_idx);
@@ -429,6 +454,7 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
     p.out_idx = reinterpret_cast<int*>(out_idx);
     p.out_score = reinterpret_cast<float*>(out_score);
     p.out_index = reinterpret_cast<long long*>(out_index);
+    p.filter_state = reinterpret_cast<unsigned*>(filter_state);
     p.q_stride = q_stride;
     p.nq = static_cast<int>(nq);
     p.d = static_cast<int>(d);

@@ -213,9 +213,14 @@ int main(int argc, char** argv) {
                 G::kSmemBytes, [&] { similarity_gram<G>(gp); });
     run_merge(dense_merge_params(mat.data(), L, len, len, pitch));
   }
-  if (Tr::kDense) {  // MERGE=5: the search writes the dense key matrix, the select kernel takes each row's best k
-    if (chunks != 1 || k > kSelectMaxK) {  // the launcher and the ops take MERGE=5 for one in-memory corpus, k <= 32
-      std::printf("RESULT skip MERGE=5 takes one corpus (chunks=%d) and k <= %d (k=%d)\n", chunks, kSelectMaxK, k);
+  // MERGE=6: the bars and counts, zeros before the search; the select must leave them zeros again
+  std::vector<unsigned> filter_state(static_cast<size_t>(kFilterStride) * nq, 0u);
+  long long bad_state = 0;
+  if (Tr::kNoLists) {  // MERGE=5: the search writes the dense key matrix, the select kernel takes each row's best k;
+                       // MERGE=6: the search appends the keys that reach the bars, the select takes each row's best k
+    if (chunks != 1 || k > kSelectMaxK) {  // the launcher and the ops take MERGE 5, 6 for one corpus, k <= 32
+      std::printf("RESULT skip MERGE=%d takes one corpus (chunks=%d) and k <= %d (k=%d)\n", Tr::kMerge, chunks,
+                  kSelectMaxK, k);
       return 0;
     }
     const int T = (n + Tr::kBlockN - 1) / Tr::kBlockN;
@@ -224,13 +229,15 @@ int main(int argc, char** argv) {
     splits = (T + tps - 1) / tps;
     max_splits_seen = splits;
     const int ld = static_cast<int>(topk_dense_ld(n));
-    std::vector<float> mat(static_cast<size_t>(nq) * ld, 777.f);  // padding past n is never read
+    std::vector<float> mat(static_cast<size_t>(nq) * ld, 777.f);  // padding past n (or the count) is never read
+    std::vector<int> mat_idx(Tr::kFiltered ? static_cast<size_t>(nq) * ld : 0, 777);
     emu::register_global(mat.data(), mat.size() * sizeof(float));
     SearchParams sp{};
     sp.queries = Q.bytes.data();
     sp.corpus = C.bytes.data();
     sp.cand_key = mat.data();
-    sp.cand_idx = nullptr;
+    sp.cand_idx = Tr::kFiltered ? mat_idx.data() : nullptr;
+    sp.filter_state = Tr::kFiltered ? filter_state.data() : nullptr;
     sp.q_stride = Q.stride;
     sp.c_stride = C.stride;
     sp.nq = nq;
@@ -242,11 +249,20 @@ int main(int argc, char** argv) {
     sp.dense_ld = ld;
     emu::launch(uint3_{static_cast<unsigned>(q_tiles), static_cast<unsigned>(splits), 1}, Tr::kLaunchThreads,
                 static_cast<int>(smem), [&] { similarity_topk<Tr>(sp); });
-    const MergeParams mp = dense_merge_params(mat.data(), 1, n, 0, ld);
+    MergeParams mp = dense_merge_params(mat.data(), 1, n, 0, ld);
+    if (Tr::kFiltered) {
+      long long appended = 0;
+      for (int q = 0; q < nq; ++q) appended += static_cast<int>(filter_state[q * kFilterStride + 1]);
+      std::printf("filtered: %lld of %lld keys appended\n", appended, static_cast<long long>(nq) * n);
+      mp.cand_idx = mat_idx.data();
+      mp.implicit_index = 0;
+      mp.filter_state = filter_state.data();
+    }
     emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, kSelectThreads,
                 static_cast<int>(merge_smem_bytes(kMergeSelect, k)), [&] { similarity_select<DT, METRIC>(mp); });
+    for (unsigned w : filter_state) bad_state += w != 0u;
   }
-  for (int ch = 0; ch < (Tr::kDense ? 0 : chunks); ++ch) {
+  for (int ch = 0; ch < (Tr::kNoLists ? 0 : chunks); ++ch) {
     const int r0 = ch * chunk_rows;
     const int rows = std::min(chunk_rows, n - r0);
     if (rows <= 0) break;
@@ -371,11 +387,11 @@ int main(int argc, char** argv) {
     (void)mag;
   }
   const bool ok = bad_order == 0 && bad_key == 0 && bad_set == 0 && bad_exact == 0 && bad_score == 0 && dup == 0 &&
-                  emu::stats.races == 0 && emu::stats.oob == 0;
+                  bad_state == 0 && emu::stats.races == 0 && emu::stats.oob == 0;
   std::printf(
       "RESULT ok=%d max_key_err=%.3g bad_order=%lld bad_key=%lld bad_set=%lld bad_exact=%lld bad_score=%lld dup=%lld "
-      "races=%lld oob=%lld splits=%d smem=%lld\n",
-      ok ? 1 : 0, max_key_err, bad_order, bad_key, bad_set, bad_exact, bad_score, dup, emu::stats.races,
+      "bad_state=%lld races=%lld oob=%lld splits=%d smem=%lld\n",
+      ok ? 1 : 0, max_key_err, bad_order, bad_key, bad_set, bad_exact, bad_score, dup, bad_state, emu::stats.races,
       emu::stats.oob, max_splits_seen, smem);
   return ok ? 0 : 1;
 }

@@ -21,6 +21,10 @@
 //      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
 //      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
 //
+// After a MERGE=6 search (p.filter_state set) a row is the query's appended candidates: count[q] entries (at most
+// list_len), in no order, their indices in cand_idx at the same places; the kernel then resets the query's bar and
+// count to 0, which the next search over the same filter_state needs.
+//
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
 #pragma once
@@ -61,8 +65,17 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   pdl_wait_prior_grid();  // a programmatic launch after the search: its key matrix is complete from here on
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
-  const int k = p.k, n = p.list_len;
+  const bool filtered = p.filter_state != nullptr;
+  int n = p.list_len;
+  if (filtered) {
+    const int c = static_cast<int>(p.filter_state[q * kFilterStride + 1]);
+    n = c < n ? c : n;
+  }
+  const int k = p.k;
   const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
+  const int* row_idx = p.cand_idx + static_cast<long long>(q) * p.query_stride;  // (filtered only)
+  // the index of row entry e: its place, or after a filtered search the row it was appended from
+  auto index_of = [&](int e) { return filtered ? row_idx[e] : e; };
   const bool aligned = (reinterpret_cast<unsigned long long>(row) & 15) == 0;
   const int all_chunks = aligned ? n / 4 : 0;  // 16-byte chunks of the row
   const int chunks = all_chunks < kSelectWindow / 4 ? all_chunks : kSelectWindow / 4;  // those in the window
@@ -115,26 +128,31 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   }
   stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
+  if (filtered && tid == 0) {  // every thread has read the count: ready the query's state for the next search
+    p.filter_state[q * kFilterStride] = 0u;
+    p.filter_state[q * kFilterStride + 1] = 0u;
+  }
 
   // 3. queue every entry at least as good as the bar; if too many did, raise the bar and queue again
   int m_count;
   for (;;) {
     const float bk = lds(bar_key);
     const int bi = lds(bar_idx);
-    // x at least as good as (bk, bi): not worse, and not NaN (better() is false for every NaN comparison)
-    auto passes = [&](float x, int e) { return x == x && !better(bk, bi, x, e); };
+    // x (entry e) at least as good as (bk, bi): not worse, and not NaN (better() is false for every NaN
+    // comparison); the index is read only for a key equal to the bar
+    auto passes = [&](float x, int e) { return x == x && !(bk > x || (bk == x && bi < index_of(e))); };
     auto offer4 = [&](const float4& v, int e) {  // chunk e / 4: one atomic for its passing entries
       const bool p0 = passes(v.x, e), p1 = passes(v.y, e + 1), p2 = passes(v.z, e + 2), p3 = passes(v.w, e + 3);
       const int cnt = static_cast<int>(p0) + p1 + p2 + p3;
       if (cnt == 0) return;
       int slot = atomic_add_shared(count, cnt);
-      if (p0 && slot < CAP) sts(qkey + slot, v.x), sts(qidx + slot, e);
+      if (p0 && slot < CAP) sts(qkey + slot, v.x), sts(qidx + slot, index_of(e));
       slot += p0;
-      if (p1 && slot < CAP) sts(qkey + slot, v.y), sts(qidx + slot, e + 1);
+      if (p1 && slot < CAP) sts(qkey + slot, v.y), sts(qidx + slot, index_of(e + 1));
       slot += p1;
-      if (p2 && slot < CAP) sts(qkey + slot, v.z), sts(qidx + slot, e + 2);
+      if (p2 && slot < CAP) sts(qkey + slot, v.z), sts(qidx + slot, index_of(e + 2));
       slot += p2;
-      if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, e + 3);
+      if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, index_of(e + 3));
     };
     // a thread whose largest entry is below the bar has none that reaches it: only the threads whose maximum does
     // (k of them for real data) scan their entries again (a thread with only NaN entries has maximum -inf)
@@ -152,7 +170,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       const float x = row[e];
       if (passes(x, e)) {
         const int slot = atomic_add_shared(count, 1);
-        if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, e);
+        if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, index_of(e));
       }
     }
     __syncthreads();

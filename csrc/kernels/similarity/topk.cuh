@@ -428,6 +428,11 @@ struct TopkTraits {
   // MERGE=5: no running top-k, every key goes to the dense key matrix (dense_epilogue()); no score tile, scratch or
   // list bookkeeping in shared memory
   static constexpr bool kDense = topk_dense(kMerge);
+  // MERGE=6: no running top-k either; the keys that reach their query's bar go to its candidate row (filter_epilogue())
+  static constexpr bool kFiltered = topk_filtered(kMerge);
+  static constexpr bool kNoLists = !topk_keeps_lists(kMerge);
+  static constexpr int kHolders = topk_column_holders(kGroupWarps, kWarpsQ);
+  static constexpr int kFilterPitch = topk_filter_pitch(kGroupWarps, kWarpsQ);
   static constexpr int kListCap = kThreadLists ? thread_list_capacity(kMerge) : 1;
   static constexpr int kParts = thread_list_parts(kGroupThreads, kBlockQ);
   static constexpr int kPartRows = kEpiRows / kParts;
@@ -437,16 +442,17 @@ struct TopkTraits {
   static constexpr int kBTileBytes = kQueryRows * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kScoreOffset = kStages * kStageBytes;
-  static constexpr int kScoreBytes = kDense ? 0 : kBlockQ * kScorePitch * 4;  // per tile group
+  // per tile group; MERGE=6: the filter region instead, per column its holders' maxima and its bound
+  static constexpr int kScoreBytes = kFiltered ? kBlockQ * kFilterPitch * 4 : kDense ? 0 : kBlockQ * kScorePitch * 4;
   static constexpr int kScratchOffset = kScoreOffset + kGroups * kScoreBytes;
-  static constexpr int kScratchBytes = kThreadLists || kDense ? 0 : kWarps * kEpiRows * 8;  // per warp: keys, indices
+  static constexpr int kScratchBytes = kThreadLists || kNoLists ? 0 : kWarps * kEpiRows * 8;  // per warp: keys, indices
   static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
   static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of a tile's corpus rows (per group)
   static constexpr int kMetaOffset = kNormOffset + kGroups * kNormBytes;
   // {len, sel, thr_key, thr_idx} per query, then the pre-check's hit flags: [WARPS_N][BLOCK_Q] ints (one writer
   // each: lane g == 0 of a quad column group in warp row warp_n); thread lists: each part's k-th key,
   // [PARTS][BLOCK_Q] floats (their pre-check fills candidate queues instead of flags)
-  static constexpr int kMetaBytes = kDense          ? 0
+  static constexpr int kMetaBytes = kNoLists       ? 0
                                     : kThreadLists ? kListParts * kBlockQ * 4
                                                    : kBlockQ * 16 + kWarpsN * kBlockQ * 4;
   // Thread lists: the candidate queue of query column c lives in the group's score tile, in column c's stretch of
@@ -479,7 +485,8 @@ struct TopkTraits {
   static_assert(kThreads >= 64 && kThreads <= 512, "2 to 16 warps");
   static_assert(kStages >= 2 && kStages <= 6, "STAGES 2..6");
   static_assert(kVec == 4 || kVec == 8 || kVec == 16, "VEC 4, 8 or 16 bytes");
-  static_assert(kMerge >= 0 && kMerge <= 5, "MERGE 0 (rank), 1 (bitonic), 2 (hybrid), 3 / 4 (thread lists), 5 (dense)");
+  static_assert(kMerge >= 0 && kMerge <= 6,
+                "MERGE 0 (rank), 1 (bitonic), 2 (hybrid), 3 / 4 (thread lists), 5 (dense), 6 (filtered)");
   static_assert(EPI_ROWS_ == 64 || EPI_ROWS_ == 128, "EPI_ROWS 64 or 128");
   static_assert(kMinBlocks == 1 || kMinBlocks == 2, "MIN_BLOCKS 1 or 2");
   static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
@@ -494,8 +501,8 @@ struct TopkTraits {
                 "wgmma path: STAGES >= 3 (one slice in flight on the tensor cores)");
   static_assert(kMetaBytes % 8 == 0, "mbarriers are 8-byte aligned");
   static_assert(!kTmaProducer || kMinBlocks == 1, "MMA 2, 3: MIN_BLOCKS = 1 (the register reconfiguration's sizes)");
-  static_assert(!kPingPong || (kWarps == 8 && (kThreadLists || kDense)),
-                "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3, 4 or 5");
+  static_assert(!kPingPong || (kWarps == 8 && (kThreadLists || kNoLists)),
+                "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3 .. 6");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
   static_assert(topk_cluster_ok(kCluster, kMma), "CLUSTER 1, or 2 or 4 with MMA 2, 3 (TMA multicast)");
   static_assert(topk_prefetch_ok(kPrefetchTiles, kMma), "PREFETCH 0, or 1 or 2 with MMA 2, 3 (TMA L2 prefetch)");
@@ -530,7 +537,7 @@ struct TopkBlock {
   // Bound pass (thread lists; see bound_pass()): the threads holding one query column's accumulators in a tile
   // group (8 lanes of every warp row), each a disjoint set of the tile's rows; the pass needs one float of the
   // column's score-tile stretch per holder.
-  static constexpr int HOLDERS = 8 * Tr::kGroupWarps / Tr::kWarpsQ;
+  static constexpr int HOLDERS = Tr::kHolders;
   static constexpr bool kBounds = Tr::kThreadLists && HOLDERS <= EPI;
   // With 32 holders (a warpgroup's tile) and k <= 16 (MERGE 3), one thread selects a column's bound from its 32
   // maxima in registers, keeping the 16 largest (lane_sort_desc, lane_bitonic_clean_desc), 32 columns per warp at once;
@@ -814,6 +821,28 @@ struct TopkBlock {
     return rt.valid[mt][h] ? key_raw(mma, rt, mt, nt, h, e) : f32_nan();
   }
 
+  // The bound passes' first step (thread lists' and MERGE=6's): each holder of a column's accumulators (8 lanes of
+  // every warp row of the group) stores the largest of its keys of the tile (rows past n and NaN keys left out) at
+  // scores + column * pitch + holder.
+  __device__ __forceinline__ void store_holder_maxima(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                                      const RowTerms& rt, int pitch) {
+    const int g = lane >> 2, t = lane & 3;
+    const int holder = (warp_n % (Tr::kGroupWarps / Tr::kWarpsQ)) * 8 + g;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = query_col(nt, e, t);
+        float m = -f32_inf();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) m = fmaxf(m, key_of(mma, rt, mt, nt, h, e));  // fmaxf drops NaN
+        sts(scores + col * pitch + holder, m);
+      }
+    }
+  }
+
   // Bound pass (thread lists, the first tile of a tile group in a split: no list is full, every key would pass
   // and the store-and-scan path would insert most of the tile's rows one by one, the whole warp waiting on each
   // insert). It sets a bound for each column that still has no bar (with ping-pong the other group's lists may
@@ -827,21 +856,7 @@ struct TopkBlock {
   // not NaN keep -inf (the store-and-scan path takes them).
   __device__ __forceinline__ void bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                              const RowTerms& rt) {
-    const int g = lane >> 2, t = lane & 3;
-    const int holder = (warp_n % (Tr::kGroupWarps / Tr::kWarpsQ)) * 8 + g;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-        float m = -f32_inf();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) m = fmaxf(m, key_of(mma, rt, mt, nt, h, e));  // fmaxf drops NaN
-        sts(scores + col * SP + holder, m);
-      }
-    }
+    store_holder_maxima(mma, rt, SP);
     block_sync();
     if constexpr (kLaneBounds) bound_pass_lanes();
     else bound_pass_shuffles();
@@ -1136,6 +1151,166 @@ struct TopkBlock {
     }
   }
 
+  // MERGE=6 (filtered; params.cuh topk_filtered()): the group's filter region holds per query column its holders'
+  // maxima (first tile only) and then its bound, -inf until the group's bound pass sets it.
+  __device__ __forceinline__ float* filter_maxima(int c) const { return scores + c * Tr::kFilterPitch; }
+  __device__ __forceinline__ float* filter_bound(int c) const { return scores + c * Tr::kFilterPitch + HOLDERS; }
+  // A bar as filter_state holds it: the float's bits mapped so that unsigned order is float order (every non-NaN
+  // float maps above 0, which stands for "no bar yet").
+  static __device__ __forceinline__ unsigned order_key(float f) {
+    const unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  }
+  static __device__ __forceinline__ float unorder_key(unsigned o) {
+    if (o == 0u) return -f32_inf();
+    return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+  }
+
+  // MERGE=6, a tile group's first tile: each holder of a column's accumulators offers the largest of its keys, and
+  // the k-th largest of those maxima bounds the column's answer (as in bound_pass(): k holders supply k distinct
+  // keys at least as large, which filter_epilogue() appends since they reach the bound). The bound goes to the
+  // column's filter region and, by atomic max, to the query's bar in global memory, where every other group of the
+  // grid filters by it. A warp selects B columns at a time; with more holders than lanes a lane offers the largest
+  // of its holders' maxima (still k distinct keys); fewer than k holders with a real key (or k > 32) leave -inf.
+  __device__ __forceinline__ void filter_bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+                                                    const RowTerms& rt) {
+    store_holder_maxima(mma, rt, Tr::kFilterPitch);
+    block_sync();
+    constexpr int B = NT > 13 ? 4 : 8;
+#pragma unroll 1
+    for (int c0 = gtid >> 5; c0 < BQ; c0 += B * Tr::kGroupWarps) {
+      float x[B];
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int c = c0 + b * Tr::kGroupWarps;
+        x[b] = -f32_inf();
+        if (c < BQ) {
+          for (int j = lane; j < HOLDERS; j += 32) x[b] = fmaxf(x[b], lds(filter_maxima(c) + j));
+        }
+      }
+      warp_kth_largest_n<B>(x, p.k <= 32 ? p.k : 32, lane);
+      if (lane == 0) {
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+          const int c = c0 + b * Tr::kGroupWarps;
+          if (c >= BQ || q0 + c >= p.nq) continue;
+          const float bound = p.k <= 32 ? x[b] : -f32_inf();
+          sts(filter_bound(c), bound);
+          if (bound > -f32_inf()) atomic_max_global(p.filter_state + (q0 + c) * kFilterStride, order_key(bound));
+        }
+      }
+    }
+    block_sync();  // every warp of the group filters by the bounds
+  }
+
+  // MERGE=6: the bar of column c that a tile of parity `par` (the group's turn & 1) filters by, staged in the filter
+  // region once per tile (two slots: a slow warp may still read one tile's while the next tile's is written).
+  __device__ __forceinline__ float* filter_tile_bar(int c, int par) const {
+    return scores + c * Tr::kFilterPitch + HOLDERS + 1 + par;
+  }
+
+  // MERGE=6: column c's count of passing keys in the group's tile and their first slot in the candidate row.
+  __device__ __forceinline__ int* filter_tile_count(int c) const {
+    return reinterpret_cast<int*>(scores + c * Tr::kFilterPitch + HOLDERS + 3);
+  }
+  __device__ __forceinline__ int* filter_tile_base(int c) const { return filter_tile_count(c) + 1; }
+
+  // MERGE=6: every key of the tile that reaches max(its query's bar, this group's bound) is appended with its row
+  // to the query's candidate row. Per tile: one thread per column stages the column's bar (one global load, where
+  // every thread loading it for each of its columns made a chain of L2 round trips) and clears its count; the 8
+  // holders of a column in a warp sum their passing keys and the first reserves the warp's share by a shared atomic;
+  // one thread per column reserves the group's by one global atomic; each holder writes at its place. Keys of rows
+  // past n and NaN keys never pass; padding query columns have no row. (A global atomic per warp and column, with
+  // each column's stores right after it, made the search at nq = 100 take 64 us where the dense one takes 48, H100.)
+  __device__ __forceinline__ void filter_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
+                                                  bool first) {
+    const int g = lane >> 2, t = lane & 3;
+    const RowTerms rt = row_terms(tile);
+    if (first) filter_bound_pass(mma, rt);
+    const int par = ((tile - static_cast<int>(blockIdx.y) * p.tiles_per_split) / Tr::kGroups) & 1;
+    for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
+      if (q0 + c < p.nq)
+        sts(filter_tile_bar(c, par),
+            fmaxf(lds(filter_bound(c)), unorder_key(ld_relaxed_global(p.filter_state + (q0 + c) * kFilterStride))));
+      sts(filter_tile_count(c), 0);
+    }
+    block_sync();
+    // the warp's share of each column: its place among the group's (in its first holder's register)
+    int wbase[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = query_col(nt, e, t);
+        const bool live = q0 + col < p.nq;
+        const float bar = live ? lds(filter_tile_bar(col, par)) : f32_inf();
+        int cnt = 0;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) cnt += live && rt.valid[mt][h] && key_raw(mma, rt, mt, nt, h, e) >= bar;
+        int total = cnt;  // over the column's 8 holders in this warp (lanes t, t + 4, ..., t + 28)
+        total += shfl_xor_i(total, 4);
+        total += shfl_xor_i(total, 8);
+        total += shfl_xor_i(total, 16);
+        wbase[nt][e] = 0;
+        if (g == 0 && total > 0) wbase[nt][e] = atomic_add_shared(filter_tile_count(col), total);
+      }
+    }
+    block_sync();
+    int* counts = reinterpret_cast<int*>(p.filter_state + 1);  // query q's at counts[q * kFilterStride]
+    for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
+      const int total = lds(filter_tile_count(c));
+      if (total > 0) sts(filter_tile_base(c), atomic_add_global(counts + (q0 + c) * kFilterStride, total));
+    }
+    block_sync();
+    const int id0 = static_cast<int>(p.index_base) + tile * BN;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = query_col(nt, e, t);
+        const int q = q0 + col;
+        const bool live = q < p.nq;
+        const float bar = live ? lds(filter_tile_bar(col, par)) : f32_inf();
+        int cnt = 0;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) cnt += live && rt.valid[mt][h] && key_raw(mma, rt, mt, nt, h, e) >= bar;
+        if (ballot(cnt > 0) == 0) continue;  // (uniform: no lane of the warp has a key for these columns)
+        // this holder's place among the column's in the warp: the counts of the holders before it
+        int incl = cnt;
+#pragma unroll
+        for (int dl = 4; dl < 32; dl <<= 1) {
+          const int o = shfl_i(incl, lane >= dl ? lane - dl : lane);
+          if (lane >= dl) incl += o;
+        }
+        const int wb = shfl_i(wbase[nt][e], t);
+        if (cnt == 0) continue;
+        int slot = lds(filter_tile_base(col)) + wb + incl - cnt;
+        float* kd = p.cand_key + static_cast<long long>(q) * p.dense_ld;
+        int* xd = p.cand_idx + static_cast<long long>(q) * p.dense_ld;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float key = key_raw(mma, rt, mt, nt, h, e);
+            // (slot < dense_ld always holds after a zeroed state; the test keeps a search run again without its
+            // select, whose counts keep growing, inside the rows)
+            if (rt.valid[mt][h] && key >= bar) {
+              if (slot < p.dense_ld) {
+                if constexpr (!kTrace) kd[slot] = key;  // (the diagnosis build keeps its stamps there)
+                xd[slot] = id0 + row_of(mt, h, g);
+              }
+              ++slot;
+            }
+          }
+        }
+      }
+    }
+  }
+
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
   // the tile group's first tile of the split (thread lists run the bound pass on it).
@@ -1148,7 +1323,8 @@ struct TopkBlock {
     // reads the previous tile's norms, scores or queues, or clears hit flags or queue counts after this tile's
     // pre-check set them.
     // (MERGE=5 shares nothing in shared memory across tiles but the row norms of cosine and l2.)
-    if constexpr (Tr::kTmaProducer && (!Tr::kDense || Tr::kNorms)) block_sync();
+    // (MERGE=6 shares its bounds, which only its first tile writes, between its own barriers.)
+    if constexpr (Tr::kTmaProducer && (!Tr::kNoLists || Tr::kNorms)) block_sync();
     if constexpr (Tr::kNorms) {
       if (warp_q == 0) {  // these warps cover every row of the tile once
         mma.quad_reduce_norms();
@@ -1163,6 +1339,10 @@ struct TopkBlock {
     }
     if constexpr (Tr::kDense) {
       dense_epilogue(mma, tile);
+      return;
+    }
+    if constexpr (Tr::kFiltered) {
+      filter_epilogue(mma, tile, first);
       return;
     }
     if constexpr (Tr::kThreadLists) {
@@ -1433,6 +1613,8 @@ struct TopkBlock {
         sts(queue_count(c), 0);
         if constexpr (kBounds) sts(column_bound(c), -f32_inf());
       }
+    } else if constexpr (Tr::kFiltered) {
+      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) sts(filter_bound(c), -f32_inf());  // this group's bounds
     } else if constexpr (!Tr::kDense) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
@@ -1441,7 +1623,7 @@ struct TopkBlock {
         sts(meta + 4 * c + 3, 0x7fffffff);
       }
     }
-    if constexpr (!Tr::kThreadLists && !Tr::kDense) {
+    if constexpr (!Tr::kThreadLists && !Tr::kNoLists) {
       for (int i = tid; i < Tr::kWarpsN * BQ; i += Tr::kThreads) sts(hits + i, 0);
     }
     // (MMA=2: the barrier that opens every epilogue publishes this to the MMA warps; a ping-pong group's barrier
@@ -1552,7 +1734,7 @@ struct TopkBlock {
       }
     }
     if constexpr (!Tr::kTmaProducer) cp_async_wait<0>();
-    if constexpr (Tr::kDense) {  // the keys are written; nothing else is
+    if constexpr (Tr::kNoLists) {  // the keys are written; nothing else is
       if (tid == 0) trace(kTraceDone);
       return;
     }

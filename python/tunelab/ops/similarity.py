@@ -84,11 +84,19 @@ MAX_K = 1024
 MERGE_KINDS = tuple(_S.MERGE_KINDS)
 #: The merge kind that needs every list sorted best first (the search's candidate lists, not a dense score matrix).
 MERGE_SORTED = int(_S.MERGE_SORTED)
-#: The merge kind that selects from the rows of the dense key matrix a MERGE=5 search writes.
+#: The merge kind that selects from the rows of the dense key matrix a MERGE=5 search writes (and from the candidate
+#: rows of a MERGE=6 search).
 MERGE_SELECT = int(_S.MERGE_SELECT)
 #: The search's MERGE value that keeps no top-k and writes every key to a dense nq x N matrix (see
 #: :func:`default_config` for when it is chosen), and the largest k its select kernel takes.
 MERGE_DENSE = int(_S.MERGE_DENSE)
+#: The search's MERGE value that keeps no top-k either but writes only the keys that reach their query's bar (one
+#: float per query in global memory, raised by every tile group's first-tile bound), with their rows, to a candidate
+#: row per query; the select kernel takes each row's k best (params.cuh ``topk_filtered``). Its bars and counts live
+#: in :func:`filter_state`.
+MERGE_FILTERED = int(_S.MERGE_FILTERED)
+#: int32 words of :func:`filter_state` per query (its bar and count on a 128-byte line of their own).
+FILTER_STRIDE = int(_S.FILTER_STRIDE)
 SELECT_MAX_K = int(_S.SELECT_MAX_K)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
@@ -572,37 +580,58 @@ class CompiledSearch:
         """Whether the search writes every key to a dense nq x N matrix (``MERGE=5``) instead of candidate lists."""
         return self.config["MERGE"] == MERGE_DENSE
 
+    @property
+    def filtered(self) -> bool:
+        """Whether the search appends the keys that reach their query's bar to a candidate row per query
+        (``MERGE=6``)."""
+        return self.config["MERGE"] == MERGE_FILTERED
+
+    @property
+    def selects(self) -> bool:
+        """Whether the search keeps no top-k and the select kernel follows it (``MERGE`` 5 or 6)."""
+        return self.dense or self.filtered
+
     def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):
         """(cand_key, cand_idx) for one search launch: the splits' candidate lists, [splits][nq][k] float32 and
-        int32; or with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None."""
+        int32; with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None; with ``MERGE=6``
+        the candidate rows, [nq][N rounded up to 4] float32 and int32 (a row never overflows)."""
         import torch
 
         if self.dense:
             return torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device), None
+        if self.filtered:
+            return (torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device),
+                    torch.empty((nq, dense_ld(n)), dtype=torch.int32, device=device))
         return (torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=device),
                 torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=device))
 
     def search_args(self, queries, corpus_ptr: int, c_stride: int, n: int, k: int, cand_key, cand_idx,
-                    index_base: int, list_offset: int, plan: dict):
+                    index_base: int, list_offset: int, plan: dict, state=None):
         """(grid, block, smem, ArgPack) of the search kernel (``MERGE=5``: ``cand_key`` is the dense key matrix of
-        :meth:`candidate_buffers` and ``cand_idx`` may be None)."""
+        :meth:`candidate_buffers` and ``cand_idx`` may be None; ``MERGE=6``: ``state`` is the bars and counts,
+        :func:`filter_state` of the current stream when None)."""
         nq, d = queries.shape
+        if self.filtered and state is None:
+            state = filter_state(queries.device, nq)
         blob = _S.topk_pack(self.config, self.dtype_code, queries.data_ptr(), int(corpus_ptr), cand_key.data_ptr(),
                             0 if cand_idx is None else cand_idx.data_ptr(), queries.stride(0), int(c_stride),
                             int(index_base), nq, int(n), d, int(k), plan["num_tiles"], plan["tiles_per_split"],
-                            int(list_offset), cand_key.stride(0) if self.dense else 0)
+                            int(list_offset), cand_key.stride(0) if self.selects else 0,
+                            state.data_ptr() if self.filtered else 0)
         pack = _core.ArgPack()
         pack.raw(blob, 8)
         return (plan["q_tiles"], plan["splits"], 1), (self.threads, 1, 1), self.smem_bytes(k), pack
 
     def merge_args(self, cand_key, cand_idx, queries, k: int, num_lists: int, out_key=None, out_idx=None,
                    out_score=None, out_index=None, dense: tuple[int, int, int] | None = None,
-                   kind: int | None = None):
+                   kind: int | None = None, state=None):
         """(grid, block, smem, ArgPack, kind) of the merge kernel. ``dense`` = (list_len, list_stride,
         query_stride): the lists are rows of a dense score matrix with implicit indices (``cand_idx`` None)
         instead of the search's candidate lists. ``kind`` forces a merge variant (:data:`MERGE_KINDS`; ConfigError
         when it takes no list of k, or for :data:`MERGE_SORTED` with ``dense``, whose rows are not sorted); default
-        :func:`_S.merge_kind` of k, the candidates per query and whether the lists are the search's (sorted)."""
+        :func:`_S.merge_kind` of k, the candidates per query and whether the lists are the search's (sorted).
+        ``state``: the select after a ``MERGE=6`` search (``dense`` rows with the explicit indices ``cand_idx``, each
+        as long as its count in ``state``, which the kernel resets)."""
         nq, d = queries.shape
         candidates = int(num_lists) * (dense[0] if dense else int(k))
         kind = int(_S.merge_kind(int(k), candidates, dense is None)) if kind is None else int(kind)
@@ -617,7 +646,7 @@ class CompiledSearch:
         list_len, list_stride, query_stride = dense or (0, 0, 0)
         blob = _S.merge_pack(cand_key.data_ptr(), ptr(cand_idx), queries.data_ptr(), queries.stride(0), ptr(out_key),
                              ptr(out_idx), ptr(out_score), ptr(out_index), nq, d, int(k), int(num_lists), list_len,
-                             list_stride, query_stride, dense is not None)
+                             list_stride, query_stride, dense is not None and state is None, ptr(state))
         pack = _core.ArgPack()
         pack.raw(blob, 8)
         return (nq, 1, 1), (int(_S.merge_threads(kind)), 1, 1), smem, pack, kind
@@ -629,13 +658,18 @@ class CompiledSearch:
         self.functions(device)[0].launch(grid, block, smem, stream, pack, cluster=self.cluster_dims)
 
     def final_merge_args(self, cand_key, cand_idx, queries, k: int, n: int, plan: dict, scores, indices,
-                         kind: int | None = None):
+                         kind: int | None = None, state=None):
         """:meth:`merge_args` of the merge that follows one search launch over ``n`` corpus rows: the select kernel
-        over the dense key matrix (``MERGE=5``), else the merge of the splits' candidate lists (``kind``: as
-        :meth:`merge_args`'s)."""
+        over the dense key matrix (``MERGE=5``) or the candidate rows (``MERGE=6``, ``state`` as
+        :meth:`search_args`'s), else the merge of the splits' candidate lists (``kind``: as :meth:`merge_args`'s)."""
         if self.dense:
             return self.merge_args(cand_key, None, queries, k, 1, out_score=scores, out_index=indices,
                                    dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT)
+        if self.filtered:
+            if state is None:
+                state = filter_state(queries.device, queries.shape[0])
+            return self.merge_args(cand_key, cand_idx, queries, k, 1, out_score=scores, out_index=indices,
+                                   dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT, state=state)
         return self.merge_args(cand_key, cand_idx, queries, k, plan["splits"], out_score=scores, out_index=indices,
                                kind=kind)
 
@@ -646,16 +680,19 @@ class CompiledSearch:
         self.merge_function(device, kind).launch(grid, block, smem, stream, pack)
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict,
-                merge_kind: int | None = None):
+                merge_kind: int | None = None, state=None):
         """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer and the op's cached
         launches (``cand_key``, ``cand_idx``: :meth:`candidate_buffers`; ``merge_kind``: as :meth:`merge_args`'s
-        ``kind``, not for ``MERGE=5``)."""
+        ``kind``, not for ``MERGE`` 5 and 6; ``state``: ``MERGE=6``'s bars and counts, by default
+        :func:`filter_state` of the current stream: run the pair, in order, on one stream at a time)."""
         n = corpus.shape[0]
+        if self.filtered and state is None:
+            state = filter_state(queries.device, queries.shape[0])
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
-                                                   cand_idx, 0, 0, plan)
+                                                   cand_idx, 0, 0, plan, state=state)
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=self.cluster_dims)
         grid, block, smem, pack, kind = self.final_merge_args(cand_key, cand_idx, queries, k, n, plan, scores, indices,
-                                                              kind=merge_kind)
+                                                              kind=merge_kind, state=state)
         p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack, programmatic=self.programmatic_merge)
         return p1, p2
 
@@ -956,6 +993,43 @@ def needs_padding(dtype_code: int, d: int) -> bool:
 _SEARCH_SHAPES: dict[tuple, tuple] = {}
 _SEARCH_LAUNCHES: dict[tuple, tuple] = {}
 _LAUNCH_CACHE_MAX = 256
+#: The bars and counts of MERGE=6 searches, one zeroed int32 tensor per (device, stream) (filter_state()).
+_FILTER_STATES: dict[tuple[int, int], Any] = {}
+_FILTER_STATES_LOCK = threading.Lock()
+
+
+def filter_state(device, nq: int):
+    """The bars and counts of a ``MERGE=6`` (filtered) search of ``nq`` queries on ``device``'s current stream: an
+    int32 tensor of at least :data:`FILTER_STRIDE` x nq words, all zeros. The search raises the bars and counts the candidates; the
+    select kernel after it sets them back to zero, so the searches of one stream, which run one after another,
+    share it (grown, zeroed, when a larger nq comes). While a CUDA graph is being captured every call gets its own
+    (captured zero fill), so that graphs replayed on different streams share nothing. If a search ran and its
+    select did not (a failed launch), call :func:`reset_filter_states`."""
+    import torch
+
+    device = torch.device(device)
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(FILTER_STRIDE * int(nq), dtype=torch.int32, device=device)
+    key = (_device_index_of(device), current_stream(device))
+    with _FILTER_STATES_LOCK:
+        state = _FILTER_STATES.get(key)
+        if state is None or state.numel() < FILTER_STRIDE * int(nq):
+            state = torch.zeros(FILTER_STRIDE * max(int(nq), 128), dtype=torch.int32, device=device)
+            _FILTER_STATES[key] = state
+    return state
+
+
+def reset_filter_states() -> None:
+    """Zero every stream's ``MERGE=6`` bars and counts (after a search whose select kernel did not run)."""
+    with _FILTER_STATES_LOCK:
+        for state in _FILTER_STATES.values():
+            state.zero_()
+
+
+def _device_index_of(device) -> int:
+    import torch
+
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _remember(cache: dict, key: tuple, value):
@@ -987,15 +1061,22 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
     cand_key, cand_idx = compiled.candidate_buffers(plan, nq, n, k, queries.device)
     scores = torch.empty((nq, k), dtype=torch.float32, device=queries.device)
     indices = torch.empty((nq, k), dtype=torch.int64, device=queries.device)
+    state = filter_state(queries.device, nq) if compiled.filtered else None  # this stream's bars and counts
     launch_key = (shape_key, qp, cp, cand_key.data_ptr(), 0 if cand_idx is None else cand_idx.data_ptr(),
-                  scores.data_ptr(), indices.data_ptr())
+                  scores.data_ptr(), indices.data_ptr(), 0 if state is None else state.data_ptr())
     launches = _SEARCH_LAUNCHES.get(launch_key)
     if launches is None:
         launches = _remember(_SEARCH_LAUNCHES, launch_key,
-                             compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan))
+                             compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan,
+                                              state=state))
     stream = current_stream(queries.device)
-    for launch in launches:  # the search, then the merge of its candidates
-        launch(stream)
+    try:
+        for launch in launches:  # the search, then the merge of its candidates
+            launch(stream)
+    except BaseException:
+        if compiled.filtered:  # a search whose select did not run leaves its bars and counts set
+            reset_filter_states()
+        raise
     return scores, indices
 
 

@@ -236,9 +236,10 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
     queries = sim._row_strided(queries)
     row_bytes = d_pad * eb
     cfg = dict(config) if config is not None else sim.default_config(nq, k, dt, d)
-    if cfg["MERGE"] == sim.MERGE_DENSE:  # the dense key matrix is one corpus's: chunks need candidate lists
+    if cfg["MERGE"] in (sim.MERGE_DENSE, sim.MERGE_FILTERED):  # one corpus's keys: chunks need candidate lists
         if explicit:
-            raise InputError(f"config MERGE={sim.MERGE_DENSE} (dense key matrix) searches a GPU corpus in one launch; a "
+            what = "dense key matrix" if cfg["MERGE"] == sim.MERGE_DENSE else "filtered candidate rows"
+            raise InputError(f"config MERGE={cfg['MERGE']} ({what}) searches a GPU corpus in one launch; a "
                              f"streamed corpus (host memory, a memory budget or chunk_rows) needs MERGE 0..4")
         cfg = sim.default_config(nq, k, dt, d)
     on_gpu = corpus.is_cuda

@@ -16,13 +16,15 @@ name         choices              what it does
 ``WARPS_Q``  1, 2, 4              warps along the queries
 ``STAGES``   2 .. 5               cp.async ring depth (slices in flight = STAGES - 1)
 ``VEC``      4, 8, 16             bytes per cp.async (the static gate keeps those that rows of d allow)
-``MERGE``    0 .. 5               running top-k: 0..2 one list per query in shared memory merged by a warp per tile
+``MERGE``    0 .. 6               running top-k: 0..2 one list per query in shared memory merged by a warp per tile
                                   (0 rank counting, 1 warp bitonic sort, 2 hybrid: rank for <= 32 new candidates,
                                   bitonic above); 3, 4 a sorted list in every thread's registers (16 or 32 entries:
                                   k <= 16 or k <= 32), each thread scanning its query's share of the tile's rows;
                                   5 none: every key goes to a dense nq x N matrix and the select kernel takes each
                                   row's k best (k <= 32; offered where the matrix is at most
-                                  :data:`DENSE_SPACE_MAX_BYTES`)
+                                  :data:`DENSE_SPACE_MAX_BYTES`); 6 none either: only the keys that reach their
+                                  query's bar (a global bound raised by every tile group's first tile) go, with
+                                  their rows, to a candidate row per query, then the select kernel (as 5)
 ``EPI_ROWS``  64, 128             corpus rows per top-k epilogue pass: 64 halves the score tile, so that two blocks
                                   can share an SM (one's epilogue overlapping the other's MMA main loop)
 ``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
@@ -34,7 +36,7 @@ name         choices              what it does
                                   >= 2, MIN_BLOCKS = 1; 16-byte aligned rows, else the op falls back to 1); 3 the
                                   ring of 2 with ping-pong warpgroups: each of two (WARPS_N = 8) owns every other
                                   tile, all its rows, so one's top-k epilogue runs while the other multiplies
-                                  (thread lists, MERGE 3 or 4, or MERGE 5)
+                                  (thread lists, MERGE 3 or 4, or MERGE 5, 6)
 ===========  ===================  ====================================================================================
 
 Not in the space (explicit configs take them; on the H200 neither was faster at any benchmark shape, so the tuner
@@ -90,7 +92,7 @@ _DESCRIPTIONS = {
     "STAGES": "cp.async pipeline depth",
     "VEC": "bytes per cp.async",
     "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32); 5 none "
-             "(dense key matrix, then the select kernel)",
+             "(dense key matrix, then the select kernel); 6 none (the keys that reach a global bar, then the select)",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
@@ -187,13 +189,14 @@ def block_q_choices(nq: int) -> list[int]:
 
 
 def merge_choices(problem: Any) -> list[int]:
-    """MERGE values for a problem: shared lists always, thread lists where k fits their capacity, dense (5) where
-    k <= the select kernel's limit and the dense key matrix is at most :data:`DENSE_SPACE_MAX_BYTES`."""
+    """MERGE values for a problem: shared lists always, thread lists where k fits their capacity, dense (5) and
+    filtered (6) where k <= the select kernel's limit and the dense key matrix is at most
+    :data:`DENSE_SPACE_MAX_BYTES` (the filtered search's candidate rows take twice its bytes, mostly untouched)."""
     p = as_problem(problem)
     ops = _ops()
     out = [m for m in (0, 1, 2, 3, 4) if m < 3 or p.k <= ops._S.thread_list_capacity(m)]
     if p.k <= ops.SELECT_MAX_K and ops.dense_bytes(p.nq, p.n) <= DENSE_SPACE_MAX_BYTES:
-        out.append(ops.MERGE_DENSE)
+        out += [ops.MERGE_DENSE, ops.MERGE_FILTERED]
     return out
 
 
@@ -247,7 +250,7 @@ def build_space(problem: Any) -> SearchSpace:
                    code="static.threads"),
         Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
                    "MMA 1..3 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
-                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3, 4 or 5)",
+                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 .. 6)",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
@@ -270,6 +273,9 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     score = groups * bq * (epi + 4) * 4
     if c["MERGE"] == 5:  # dense: the ring and the row norms only
         score, scratch, meta, lists = 0, 0, 0, 0
+    elif c["MERGE"] == 6:  # filtered: and per group and query column its holders' maxima, bound, bars and counts
+        holders = 8 * (warps // groups) // c["WARPS_Q"]
+        score, scratch, meta, lists = groups * bq * (holders + 8) * 4, 0, 0, 0
     elif c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
         parts = groups * thread_list_parts(32 * warps // groups, bq)
         scratch, meta, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8
@@ -554,10 +560,12 @@ class SimilarityFamily(TunableFamily):
 
     def memory_required(self, config: Config, problem: Any) -> int | None:
         """Candidate-list workspace: nq x k entries of 8 bytes for up to ~1024 splits, or (MERGE=5) the dense key
-        matrix."""
+        matrix, or (MERGE=6) the candidate rows (keys and rows: twice its bytes)."""
         p = as_problem(problem)
         if config.get("MERGE") == _ops().MERGE_DENSE:
             return _ops().dense_bytes(p.nq, p.n)
+        if config.get("MERGE") == _ops().MERGE_FILTERED:
+            return 2 * _ops().dense_bytes(p.nq, p.n)
         return 1024 * p.nq * p.k * 8  # candidate lists: at most ~1024 splits
 
     def baselines(self, problem: Any) -> dict[str, Callable[[Any], Callable[[], Any]]]:

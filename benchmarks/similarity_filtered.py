@@ -1,0 +1,136 @@
+"""The filtered search (MERGE=6: only the keys that reach their query's global bar go to a candidate row, then the
+select kernel) against the dense search (MERGE=5, every key), the fused search and torch.
+
+For each shape (d = 768, k = 10, inner product) the script times, interleaved in rounds with the core's protocol
+(L2 flush, CUDA events; CUDA-graph replay for all when one is under 20 µs):
+
+  torch       torch.topk(Q @ C.T) (cuBLAS + torch's top-k), the family's baseline
+  fused       the fused search (a running top-k per block, then the merge of the splits' lists): default_config
+              without N
+  dense       default_config for the shape's store bucket (at most DENSE_MAX_N) with MERGE=5
+  filtered    the same config with MERGE=6
+
+Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
+and the same tie rule: identical), and after each call the filter state is all zeros again. Reported besides the
+times: the candidates per query the filtered search appended (mean and largest; the select reads those), and at
+50K / 100 the fused and dense arms' two kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json (environment
+fingerprint inside); a short table last. About 2 minutes on an H100.
+
+    python3 benchmarks/similarity_filtered.py [--quick] [--tag _h100]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from similarity_dense import K, Prepared, kernels_alone, time_all  # noqa: E402
+
+D = 768
+# (nq, n, dtype): the open goal's shape first, then the dense rule's other corners and two corpora past it
+SHAPES = [(100, 50_000, "float16"), (100, 10_000, "float16"), (100, 25_000, "float16"), (100, 60_000, "float16"),
+          (32, 50_000, "float16"), (8, 50_000, "float16"), (1, 50_000, "float16"), (1, 10_000, "float16"),
+          (100, 50_000, "bfloat16"), (100, 50_000, "float32"), (16, 50_000, "float32"),
+          (100, 100_000, "float16"), (100, 200_000, "float16")]
+QUICK_SHAPES = [(100, 50_000, "float16"), (1, 50_000, "float16"), (100, 50_000, "float32")]
+
+
+def variants(nq: int, n: int, dtype: str, q, c) -> dict:
+    from tunelab.ops import similarity as sim
+    from tunelab.tuning.family import next_pow2
+
+    fused = sim.default_config(nq, K, dtype, D)
+    bucket = min(next_pow2(n), sim.DENSE_MAX_N)  # past the rule: its largest bucket's config
+    dense = dict(sim.default_config(nq, K, dtype, D, n=bucket), MERGE=sim.MERGE_DENSE)
+    return {"fused": Prepared(fused, q, c), "dense": Prepared(dense, q, c),
+            "filtered": Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)}
+
+
+def candidates(prep: Prepared, nq: int) -> dict:
+    """Run the filtered search alone and read its counts (the select then runs and resets them)."""
+    import torch
+
+    from tunelab.ops import similarity as sim
+
+    state = sim.filter_state(prep.ck.device, nq)
+    stream = int(torch.cuda.current_stream().cuda_stream)
+    prep.search(stream)
+    torch.cuda.synchronize()
+    counts = state[1:sim.FILTER_STRIDE * nq:sim.FILTER_STRIDE].to(torch.float64).cpu()
+    prep.merge(stream)
+    torch.cuda.synchronize()
+    return {"mean": float(counts.mean()), "max": int(counts.max()), "min": int(counts.min()),
+            "state_zero_after_select": bool((state == 0).all())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="three shapes, fewer samples")
+    ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. _h100)")
+    args = ap.parse_args()
+    import torch
+
+    from tunelab.ops import similarity as sim
+    from tunelab.stats import speedup_ci
+    from tunelab.tuning.families.similarity import torch_topk
+
+    clock = warm_up_gpu()
+    rows = []
+    for nq, n, dtype in (QUICK_SHAPES if args.quick else SHAPES):
+        q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=n + nq)
+        fns = variants(nq, n, dtype, q, c)
+        cand = candidates(fns["filtered"], nq)
+        for f in fns.values():
+            f()
+        torch.cuda.synchronize()
+        same = (torch.equal(fns["filtered"].indices, fns["dense"].indices)
+                and torch.equal(fns["filtered"].scores, fns["dense"].scores))
+        state_zero = bool((sim.filter_state(q.device, nq) == 0).all())
+        fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
+        samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
+        row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
+               "filtered_equals_dense": same, "state_zero_after_calls": state_zero and cand["state_zero_after_select"],
+               "candidates_per_query": cand, "variants": {}}
+        for name, s in samples.items():
+            v = {"us": summarize(s)}
+            if name != "torch":
+                sp = speedup_ci(samples["torch"], s, paired=False, n_resamples=2000, seed=0)
+                v["speedup_vs_torch"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+                vs = speedup_ci(samples["dense"], s, paired=False, n_resamples=2000, seed=0)
+                v["speedup_vs_dense"] = {"estimate": vs.estimate, "ci95": [vs.low, vs.high]}
+                v["config"] = fns[name].config
+                v["splits"] = fns[name].plan["splits"]
+            row["variants"][name] = v
+        if (nq, n, dtype) == (100, 50_000, "float16"):
+            # (not the filtered pair's: its search alone, run again and again, would never see its counts reset)
+            row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in ("fused", "dense")}
+        rows.append(row)
+        del fns, q, c
+        torch.cuda.empty_cache()
+    path = write_result(f"similarity_filtered{args.tag}", {"quick": args.quick, "sm_mhz_after_warmup": clock,
+                                                           "rows": rows})
+    print(f"wrote {path}")
+    arms = ("torch", "fused", "dense", "filtered")
+    print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")
+    for r in rows:
+        cells = []
+        for k in arms:
+            v = r["variants"][k]
+            sp = v.get("speedup_vs_torch", {}).get("estimate")
+            cells.append(f"{v['us']['median']:8.1f}" + (f" {sp:5.2f}x" if sp else " " * 7))
+        gain = r["variants"]["filtered"]["speedup_vs_dense"]
+        ok = "" if r["filtered_equals_dense"] and r["state_zero_after_calls"] else "  MISMATCH/STATE"
+        print(f"{r['nq']:>4} {r['n']:>7} {r['dtype']:>8} {r['candidates_per_query']['mean']:7.0f}  " +
+              "  ".join(cells) + f"  {gain['estimate']:.3f} [{gain['ci95'][0]:.3f}, {gain['ci95'][1]:.3f}]" + ok)
+    for r in rows:
+        if "kernels_alone" in r:
+            for k, v in r["kernels_alone"].items():
+                print(f"50K/100 {k:>9}: search {v['search_us']['median']:.1f} us, merge/select "
+                      f"{v['merge_us']['median']:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
