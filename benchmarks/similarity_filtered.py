@@ -13,8 +13,8 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
 Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical), and after each call the filter state is all zeros again. Reported besides the
 times: the candidates per query the filtered search appended (mean and largest; the select reads those), and at
-50K / 100 the fused and dense arms' two kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json (environment
-fingerprint inside); a short table last. About 2 minutes on an H100.
+50K / 100 the fused and dense arms' two kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
+(environment fingerprint inside); a short table last. About 3 minutes on an H100.
 
     python3 benchmarks/similarity_filtered.py [--quick] [--tag _h100]
 """

@@ -290,7 +290,8 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
         throw InputError("row strides (queries " + std::to_string(q_stride) + ", corpus " + std::to_string(c_stride) +
                          " elements) must be >= d=" + std::to_string(d));
     if (no_lists) {  // MERGE=5: cand_key is the [nq][dense_ld] key matrix (chunk-local columns), cand_idx unused;
-                     // MERGE=6: cand_key / cand_idx are [nq][dense_ld] candidate rows, filter_state kFilterStride words a query
+                     // MERGE=6: cand_key / cand_idx are [nq][dense_ld] candidate rows, filter_state
+                     // kFilterStride words a query
         const std::string m = "MERGE=" + std::to_string(c.merge);
         if (filtered)
             null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the candidate keys)", cand_key},

@@ -1000,9 +1000,9 @@ _FILTER_STATES_LOCK = threading.Lock()
 
 def filter_state(device, nq: int):
     """The bars and counts of a ``MERGE=6`` (filtered) search of ``nq`` queries on ``device``'s current stream: an
-    int32 tensor of at least :data:`FILTER_STRIDE` x nq words, all zeros. The search raises the bars and counts the candidates; the
-    select kernel after it sets them back to zero, so the searches of one stream, which run one after another,
-    share it (grown, zeroed, when a larger nq comes). While a CUDA graph is being captured every call gets its own
+    int32 tensor of at least :data:`FILTER_STRIDE` x nq words, all zeros. The search raises the bars and counts
+    the candidates; the select kernel after it sets them back to zero, so the searches of one stream, which run one
+    after another, share it (grown, zeroed, when a larger nq comes). While a CUDA graph is being captured every call gets its own
     (captured zero fill), so that graphs replayed on different streams share nothing. If a search ran and its
     select did not (a failed launch), call :func:`reset_filter_states`."""
     import torch
