@@ -297,10 +297,20 @@ def print_timeline(row: dict) -> None:
               f"{us(tr['epilogue_done_us'])}  {tr['blocks']}", flush=True)
 
 
+def filtered_variants(nq: int) -> list[tuple[str, dict, int | None]]:
+    """The dense search (MERGE=5, default_config of the 65536-row bucket) and the filtered one (MERGE=6) on the same
+    config: with --trace, where the filtered search's epilogue spends its time (its "pre-check" stamp is taken once
+    the tile's slots are reserved: bound pass, bar staging, counts and the atomics before it, the appends after)."""
+    from tunelab.ops import similarity as sim
+
+    dense = dict(sim.default_config(nq, K, "float16", D, n=sim.DENSE_MAX_N), MERGE=sim.MERGE_DENSE)
+    return [("dense", dense, None), ("filtered", dict(dense, MERGE=sim.MERGE_FILTERED), None)]
+
+
 #: --variants NAME -> the function listing that set's variants for nq queries ("all": sync and wgmma)
 VARIANT_SETS = {"sync": variants, "wgmma": wgmma_variants, "tma": tma_variants, "pingpong": pingpong_variants,
                 "cluster": cluster_variants, "prefetch": prefetch_variants, "merge": merge_variants,
-                "stream": stream_variants}
+                "stream": stream_variants, "filtered": filtered_variants}
 
 
 def main() -> int:
@@ -398,17 +408,24 @@ def main() -> int:
                 rows.append({"nq": nq, "n": n, "variant": name, "config": requested(nq, over), "error": str(exc)[:200]})
                 continue
             plan = comp.plan(dev, nq, n, K, splits)
-            ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
-            ci = torch.empty((plan["splits"], nq, K), dtype=torch.int32, device="cuda")
+            if comp.selects:  # MERGE 5, 6: the key matrix or candidate rows ([nq][N rounded up to 4])
+                ck, ci = comp.candidate_buffers(plan, nq, n, K, queries.device)
+            else:
+                ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
+                ci = torch.empty((plan["splits"], nq, K), dtype=torch.int32, device="cuda")
             sc = torch.empty((nq, K), dtype=torch.float32, device="cuda")
             ix = torch.empty((nq, K), dtype=torch.int64, device="cuda")
             p_search, p_merge = comp.prepare(dev, queries, corpus, K, ck, ci, sc, ix, plan)
             p_zero, _ = comp.prepare(dev, zeros, corpus, K, ck, ci, sc, ix, plan)
             p_nan, _ = comp.prepare(dev, nans, corpus, K, ck, ci, sc, ix, plan)
             if args.trace:
+                launch = p_search
+                if comp.filtered:  # every traced search starts from zeroed bars and counts, as after a select
+                    state = S.filter_state(queries.device, nq)
+                    launch = lambda: (state.zero_(), p_search(stream))  # noqa: E731
                 rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                              "tiles_per_split": plan["tiles_per_split"],
-                             **block_timeline(p_search, ck, plan["q_tiles"] * plan["splits"])})
+                             **block_timeline(launch, ck, plan["q_tiles"] * plan["splits"])})
                 print_timeline(rows[-1])
                 continue
             if args.ncu:

@@ -1209,34 +1209,49 @@ struct TopkBlock {
     return scores + c * Tr::kFilterPitch + HOLDERS + 1 + par;
   }
 
-  // MERGE=6: column c's count of passing keys in the group's tile and their first slot in the candidate row.
+  // MERGE=6: column c's count of passing keys in the group's tile, and their first slot in the candidate row.
   __device__ __forceinline__ int* filter_tile_count(int c) const {
     return reinterpret_cast<int*>(scores + c * Tr::kFilterPitch + HOLDERS + 3);
   }
   __device__ __forceinline__ int* filter_tile_base(int c) const { return filter_tile_count(c) + 1; }
+  // The bar of column gtid loaded at the end of the previous epilogue (the main loop between hides its L2 round
+  // trip; any value some group published is a valid bar), when one thread per column suffices (BQ <= group threads).
+  static constexpr bool kPrefetchBar = BQ <= Tr::kGroupThreads;
+  unsigned next_bar = 0u;
 
   // MERGE=6: every key of the tile that reaches max(its query's bar, this group's bound) is appended with its row
-  // to the query's candidate row. Per tile: one thread per column stages the column's bar (one global load, where
-  // every thread loading it for each of its columns made a chain of L2 round trips) and clears its count; the 8
-  // holders of a column in a warp sum their passing keys and the first reserves the warp's share by a shared atomic;
-  // one thread per column reserves the group's by one global atomic; each holder writes at its place. Keys of rows
-  // past n and NaN keys never pass; padding query columns have no row. (A global atomic per warp and column, with
-  // each column's stores right after it, made the search at nq = 100 take 64 us where the dense one takes 48, H100.)
+  // to the query's candidate row. (1) One thread per column stages the column's bar and clears its count. (2) Each
+  // thread counts its passing keys per column and takes their places among the group's with one shared atomic. (3)
+  // One thread per column reserves the group's slots with one global atomic. (4) Each thread stores its keys there.
+  // No warp collective and no branch between columns: keys of rows past n and NaN keys never pass, padding query
+  // columns have no row. Measured forms, at nq = 100 on an H100 (similarity_probe.py --variants filtered --trace,
+  // ncu's source counters): the 8 holders of a column in a warp summing their keys by shuffles in every column and
+  // reserving per warp took 20-22 us for a group's first tile and 13 for later ones (the dense search's stores
+  // take well under 1); keys staged in shared memory and copied out by one thread per column 16 and 8, with 15% of
+  // the warps' stall samples on instruction-cache misses in its unrolled code.
   __device__ __forceinline__ void filter_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
                                                   bool first) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
     const int par = ((tile - static_cast<int>(blockIdx.y) * p.tiles_per_split) / Tr::kGroups) & 1;
+    int* counts = reinterpret_cast<int*>(p.filter_state + 1);  // query q's at counts[q * kFilterStride]
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
-      if (q0 + c < p.nq)
-        sts(filter_tile_bar(c, par),
-            fmaxf(lds(filter_bound(c)), unorder_key(ld_relaxed_global(p.filter_state + (q0 + c) * kFilterStride))));
+      if (q0 + c < p.nq) {
+        // (a group's first tile loads it now, after its own bound went out: the bars the grid's first bounds raise
+        // let through half the keys that the group's own bound alone does)
+        const unsigned b = kPrefetchBar && !first ? next_bar
+                                                  : ld_relaxed_global(p.filter_state + (q0 + c) * kFilterStride);
+        sts(filter_tile_bar(c, par), fmaxf(lds(filter_bound(c)), unorder_key(b)));
+      }
       sts(filter_tile_count(c), 0);
     }
     block_sync();
-    // the warp's share of each column: its place among the group's (in its first holder's register)
-    int wbase[NT][2];
+    const int id0 = static_cast<int>(p.index_base) + tile * BN;
+    // Two passes over the columns with no branch between them, so that their round trips overlap: first each
+    // column's places among the group's (one predicated shared atomic per column with a passing key), then, once one
+    // thread per column has reserved the group's slots, the stores.
+    int at[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -1249,22 +1264,16 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) cnt += live && rt.valid[mt][h] && key_raw(mma, rt, mt, nt, h, e) >= bar;
-        int total = cnt;  // over the column's 8 holders in this warp (lanes t, t + 4, ..., t + 28)
-        total += shfl_xor_i(total, 4);
-        total += shfl_xor_i(total, 8);
-        total += shfl_xor_i(total, 16);
-        wbase[nt][e] = 0;
-        if (g == 0 && total > 0) wbase[nt][e] = atomic_add_shared(filter_tile_count(col), total);
+        at[nt][e] = cnt > 0 ? atomic_add_shared(filter_tile_count(col), cnt) : 0;
       }
     }
     block_sync();
-    int* counts = reinterpret_cast<int*>(p.filter_state + 1);  // query q's at counts[q * kFilterStride]
+    trace_turn_event(2);  // (the diagnosis build: the tile's keys are counted)
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
-      const int total = lds(filter_tile_count(c));
-      if (total > 0) sts(filter_tile_base(c), atomic_add_global(counts + (q0 + c) * kFilterStride, total));
+      const int m = lds(filter_tile_count(c));
+      if (m > 0) sts(filter_tile_base(c), atomic_add_global(counts + (q0 + c) * kFilterStride, m));
     }
     block_sync();
-    const int id0 = static_cast<int>(p.index_base) + tile * BN;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -1273,41 +1282,28 @@ struct TopkBlock {
         const int q = q0 + col;
         const bool live = q < p.nq;
         const float bar = live ? lds(filter_tile_bar(col, par)) : f32_inf();
-        int cnt = 0;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) cnt += live && rt.valid[mt][h] && key_raw(mma, rt, mt, nt, h, e) >= bar;
-        if (ballot(cnt > 0) == 0) continue;  // (uniform: no lane of the warp has a key for these columns)
-        // this holder's place among the column's in the warp: the counts of the holders before it
-        int incl = cnt;
-#pragma unroll
-        for (int dl = 4; dl < 32; dl <<= 1) {
-          const int o = shfl_i(incl, lane >= dl ? lane - dl : lane);
-          if (lane >= dl) incl += o;
-        }
-        const int wb = shfl_i(wbase[nt][e], t);
-        if (cnt == 0) continue;
-        int slot = lds(filter_tile_base(col)) + wb + incl - cnt;
-        float* kd = p.cand_key + static_cast<long long>(q) * p.dense_ld;
-        int* xd = p.cand_idx + static_cast<long long>(q) * p.dense_ld;
+        // (slot < dense_ld always holds after a zeroed state; the test keeps a search run again without its
+        // select, whose counts keep growing, inside the rows)
+        const int room = p.dense_ld - (live ? lds(filter_tile_base(col)) : 0);
+        const long long row = static_cast<long long>(live ? q : 0) * p.dense_ld + (live ? lds(filter_tile_base(col)) : 0);
+        int a = at[nt][e];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const float key = key_raw(mma, rt, mt, nt, h, e);
-            // (slot < dense_ld always holds after a zeroed state; the test keeps a search run again without its
-            // select, whose counts keep growing, inside the rows)
-            if (rt.valid[mt][h] && key >= bar) {
-              if (slot < p.dense_ld) {
-                if constexpr (!kTrace) kd[slot] = key;  // (the diagnosis build keeps its stamps there)
-                xd[slot] = id0 + row_of(mt, h, g);
-              }
-              ++slot;
+            const bool pass = live && rt.valid[mt][h] && key >= bar;
+            if (pass && a < room) {
+              if constexpr (!kTrace) p.cand_key[row + a] = key;  // (the diagnosis build keeps its stamps there)
+              p.cand_idx[row + a] = id0 + row_of(mt, h, g);
             }
+            a += pass;
           }
         }
       }
+    }
+    if constexpr (kPrefetchBar) {
+      if (gtid < BQ && q0 + gtid < p.nq) next_bar = ld_relaxed_global(p.filter_state + (q0 + gtid) * kFilterStride);
     }
   }
 
