@@ -29,7 +29,7 @@ The difference search - loop is what the per-tile top-k epilogue costs (the tabl
 benchmarks/results/similarity_probe.json with the environment fingerprint; a table is printed last.
 
   python3 benchmarks/similarity_probe.py [--shapes 100x50000,100x10000000]
-      [--variants sync|wgmma|tma|pingpong|cluster|prefetch|merge|stream|all] [--only 'NAME;NAME']
+      [--variants sync|wgmma|tma|pingpong|cluster|prefetch|merge|stream|filtered|all] [--only 'NAME;NAME']
   python3 benchmarks/similarity_probe.py --ncu 100x50000   # one search launch per variant, for ncu
   python3 benchmarks/similarity_probe.py --variants stream --only default --trace 100x50000   # block timelines
   python3 benchmarks/similarity_probe.py --variants merge --dtype float32 --shapes 1x50000,1x1000000,1x10000000 \
@@ -40,7 +40,9 @@ pingpong`` its ping-pong form (MMA=3) into similarity_probe_pingpong.json, ``--v
 clusters sharing the query slices (CLUSTER 2, 4) into similarity_probe_cluster.json, ``--variants prefetch`` the
 L2 prefetch of later corpus tiles (PREFETCH 1, 2) into similarity_probe_prefetch.json, ``--variants stream`` what
 bounds the TMA ring's corpus stream (ring depth, tile height, a cluster; at nq = 8 the queries cost almost nothing)
-into similarity_probe_stream.json. Every row also records the fraction of
+into similarity_probe_stream.json, ``--variants filtered`` the dense search (MERGE=5) and the filtered one (MERGE=6)
+on the same config (with ``--trace``: where the filtered epilogue spends its time) into
+similarity_probe_filtered.json. Every row also records the fraction of
 its indices equal to the first variant's (1.0 expected: the same products).
 
 ``--trace NQxN`` runs each variant's diagnosis build (compile_search(trace=True): every block writes the
@@ -408,6 +410,11 @@ def main() -> int:
                 rows.append({"nq": nq, "n": n, "variant": name, "config": requested(nq, over), "error": str(exc)[:200]})
                 continue
             plan = comp.plan(dev, nq, n, K, splits)
+            if comp.selects and not (args.trace or args.ncu):  # the timing rows below read the splits' lists
+                rows.append({"nq": nq, "n": n, "variant": name, "config": cfg,
+                             "error": "MERGE 5, 6 (no candidate lists): --trace or --ncu only; "
+                                      "benchmarks/similarity_filtered.py times them"})
+                continue
             if comp.selects:  # MERGE 5, 6: the key matrix or candidate rows ([nq][N rounded up to 4])
                 ck, ci = comp.candidate_buffers(plan, nq, n, K, queries.device)
             else:

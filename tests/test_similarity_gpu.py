@@ -325,6 +325,29 @@ def test_filtered_search_matches_dense_and_reference():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the filtered search's ping-pong configs: sm_90 only")
+def test_filtered_search_from_two_threads_on_one_stream():
+    """Two threads calling the filtered search on torch's one default stream, each on its own corpus: every call
+    gets its own corpus's answer (the op enqueues a search and its select together under the stream state's lock,
+    so one thread's select never reads the other's candidates or resets its counts)."""
+    sim = _sim()
+    q, c = _inputs("float16", nq=40, n=20001, d=D_WG, seed=3)
+    corpora = (c, torch.flip(c, dims=(0,)).contiguous())
+    cfg = dict(sim.default_config(40, 10, "float16", D_WG, n=32768), MERGE=sim.MERGE_FILTERED)
+    want = [sim.similarity_search(q, x, 10, config=dict(cfg, MERGE=sim.MERGE_DENSE))[1] for x in corpora]
+
+    def calls(i):
+        return [sim.similarity_search(q, corpora[i], 10, config=cfg)[1] for _ in range(30)]
+
+    with cf.ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(calls, (0, 1)))
+    torch.cuda.synchronize()
+    for i in (0, 1):
+        assert all(torch.equal(g, want[i]) for g in got[i]), i
+    assert int(sim.filter_state(q.device, 40).count_nonzero()) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="the dense defaults for few queries and for fp32: sm_90 only")
 def test_dense_defaults_for_few_queries_and_fp32_match_fused():
     """The dense defaults for few queries (16-bit, nq <= 8: the mma.sync loop up to 32768 rows, ping-pong above) and

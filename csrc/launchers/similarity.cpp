@@ -176,10 +176,9 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     // Mirrors TopkTraits: pipeline ring, score tile (thread lists: also the candidate queues), per-warp scratch
     // lists (not with thread lists), row norms (cosine, l2), per-query {len, sel, thr_key, thr_idx} and the
     // pre-check's hit flags [WARPS_N][BLOCK_Q] (thread lists: each part's k-th key). Ping-pong (MMA=3) has a score
-    // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows. MERGE=6 (filtered) has
-    // the filter region (per group and query column, topk_filter_pitch() floats) in the score tile's place. MERGE=5
-    // (dense) has
-    // the ring and the row norms only.
+    // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows. MERGE=5 (dense) has
+    // the ring and the row norms only; MERGE=6 (filtered) also the filter region (per group and query column,
+    // topk_filter_pitch() words) in the score tile's place.
     const bool thread_lists = tunelab::sim::topk_thread_lists(c.merge);
     const bool no_lists = !tunelab::sim::topk_keeps_lists(c.merge);
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);

@@ -59,9 +59,8 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
 // SearchParams bytes. Checks sizes against int32, alignment of pointers/strides/d for the config's VEC. MERGE=5
 // (dense): cand_key is the [nq][dense_ld] key matrix (16-byte aligned, dense_ld a multiple of kDenseLdAlign,
 // >= n), cand_idx is not read, index_base and list_offset are 0. MERGE=6 (filtered): the same, and cand_idx is the
-// [nq][dense_ld] int32 candidate rows next to cand_key's keys, filter_state the bars and counts (kFilterStride words
-// a query)
-// (all zeros when the search starts: params.cuh topk_filtered()).
+// [nq][dense_ld] int32 candidate rows next to cand_key's keys, filter_state the bars and counts (kFilterStride
+// words a query, all zeros when the search starts: params.cuh topk_filtered()).
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,

@@ -112,13 +112,12 @@ TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDens
 // 6 (filtered) keeps none either, and writes only the keys that can still be in the answer: each query has a bar in
 // global memory (word q * kFilterStride of filter_state, the float's order-preserving bits, order_key() in topk.cuh;
 // 0: none yet), raised by atomic max with the bound of every tile group's first tile (the k-th largest of its
-// holders' maxima: k keys of that tile are at least as large, and the group appends them), and every key at least
-// max(bar, the group's own bound) is appended with its row to the query's row of cand_key / cand_idx (its count
-// in the word after the bar). Each query's words have a 128-byte line of their own: with the 100 counts of
+// holders' maxima: k keys of that tile are at least as large), and every key at least max(bar, the group's own
+// bound) is appended with its row to the query's row of cand_key / cand_idx (its count in the word after the bar). Each query's words have a 128-byte line of their own: with the 100 counts of
 // nq = 100 in four lines their atomics queued on a few L2 slices, and the search took 82 us where the dense one
 // takes 49 (H100, 50K rows).
-// A key below a bar that some group published is beaten by the k keys that group appended, so the candidates
-// hold the top k, ties included; a row of dense_ld >= n entries never overflows (each corpus row is appended once
+// A key below a bar that some group published is beaten by k appended keys (those of the largest value published
+// when that group read its bar: TopkBlock::filter_bound_pass()), so the candidates hold the top k, ties included; a row of dense_ld >= n entries never overflows (each corpus row is appended once
 // per query at most). The select kernel takes each row's k best and resets the bar and count to 0: filter_state
 // must be all zeros when a search starts (allocated zeroed, and the select after every search leaves it so).
 constexpr int kMergeFiltered = 6;
@@ -131,7 +130,7 @@ TUNELAB_SIM_HD constexpr bool topk_keeps_lists(int merge) { return merge <= 4; }
 TUNELAB_SIM_HD constexpr int topk_column_holders(int group_warps, int warps_q) { return 8 * group_warps / warps_q; }
 // MERGE=6: words per query column in the group's filter region: its holders' maxima, its bound, the bar of the
 // group's current tile in two slots by the tile's parity, the tile's count of passing keys and their first slot in
-// the candidate row (16-byte rows).
+// the candidate row, and 3 words of padding (rows of whole 16-byte units).
 TUNELAB_SIM_HD constexpr int topk_filter_pitch(int group_warps, int warps_q) {
   return topk_column_holders(group_warps, warps_q) + 8;
 }

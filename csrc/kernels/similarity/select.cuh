@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   const bool filtered = p.filter_state != nullptr;
   int n = p.list_len;
   if (filtered) {
-    const int c = static_cast<int>(p.filter_state[q * kFilterStride + 1]);
+    const int c = static_cast<int>(p.filter_state[static_cast<long long>(q) * kFilterStride + 1]);
     n = c < n ? c : n;
   }
   const int k = p.k;
@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
   if (filtered && tid == 0) {  // every thread has read the count: ready the query's state for the next search
-    p.filter_state[q * kFilterStride] = 0u;
-    p.filter_state[q * kFilterStride + 1] = 0u;
+    p.filter_state[static_cast<long long>(q) * kFilterStride] = 0u;
+    p.filter_state[static_cast<long long>(q) * kFilterStride + 1] = 0u;
   }
 
   // 3. queue every entry at least as good as the bar; if too many did, raise the bar and queue again

@@ -344,7 +344,8 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
 //     warpgroup that read it. The column bars take the maximum over every part of both warpgroups
 //     (a part's k-th key bounds the column wherever it was found; a bar read while the other warpgroup raises it
 //     is an older, lower, still valid bar). At the end the parts of both meet as in write_thread_lists().
-//     Thread lists only (MERGE 3, 4): shared lists would need one per warpgroup and query.
+//     Thread lists (MERGE 3, 4), or no running top-k (MERGE 5, 6): shared lists would need one per warpgroup and
+//     query.
 //
 // CLUSTER_ (MMA 2, 3): blocks per thread-block cluster along the splits (params.cuh topk_cluster_ok()). The blocks
 // of a cluster share a query tile and each producer TMA-multicasts its 1 / CLUSTER of every query slice to all of
@@ -1151,8 +1152,12 @@ struct TopkBlock {
     }
   }
 
-  // MERGE=6 (filtered; params.cuh topk_filtered()): the group's filter region holds per query column its holders'
-  // maxima (first tile only) and then its bound, -inf until the group's bound pass sets it.
+  // MERGE=6 (filtered; params.cuh topk_filtered()): query q's bar in filter_state (its count is the next word).
+  __device__ __forceinline__ unsigned* filter_word(int q) const {
+    return p.filter_state + static_cast<long long>(q) * kFilterStride;
+  }
+  // MERGE=6: the group's filter region holds per query column its holders' maxima (first tile only) and then its
+  // bound, -inf until the group's bound pass sets it.
   __device__ __forceinline__ float* filter_maxima(int c) const { return scores + c * Tr::kFilterPitch; }
   __device__ __forceinline__ float* filter_bound(int c) const { return scores + c * Tr::kFilterPitch + HOLDERS; }
   // A bar as filter_state holds it: the float's bits mapped so that unsigned order is float order (every non-NaN
@@ -1168,10 +1173,13 @@ struct TopkBlock {
 
   // MERGE=6, a tile group's first tile: each holder of a column's accumulators offers the largest of its keys, and
   // the k-th largest of those maxima bounds the column's answer (as in bound_pass(): k holders supply k distinct
-  // keys at least as large, which filter_epilogue() appends since they reach the bound). The bound goes to the
-  // column's filter region and, by atomic max, to the query's bar in global memory, where every other group of the
-  // grid filters by it. A warp selects B columns at a time; with more holders than lanes a lane offers the largest
-  // of its holders' maxima (still k distinct keys); fewer than k holders with a real key (or k > 32) leave -inf.
+  // keys at least as large). The bound goes to the column's filter region and, by atomic max, to the query's bar in
+  // global memory, where every other group of the grid filters by it. Why the answer stays exact: the group filters
+  // its tile by max(this bound, the bar it reads); if the bound is the larger, its k keys reach it and are appended;
+  // if the bar is, the bound's keys may be dropped, but that bar is the largest value some group had published
+  // then, and by the same argument k keys at least as large as it reached the candidates. A warp selects B columns
+  // at a time; with more holders than lanes a lane offers the largest of its holders' maxima (still k distinct
+  // keys); fewer than k holders with a real key leave -inf (the launcher takes k <= 32 with MERGE=6).
   __device__ __forceinline__ void filter_bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                     const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
@@ -1196,7 +1204,7 @@ struct TopkBlock {
           if (c >= BQ || q0 + c >= p.nq) continue;
           const float bound = p.k <= 32 ? x[b] : -f32_inf();
           sts(filter_bound(c), bound);
-          if (bound > -f32_inf()) atomic_max_global(p.filter_state + (q0 + c) * kFilterStride, order_key(bound));
+          if (bound > -f32_inf()) atomic_max_global(filter_word(q0 + c), order_key(bound));
         }
       }
     }
@@ -1235,13 +1243,12 @@ struct TopkBlock {
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
     const int par = ((tile - static_cast<int>(blockIdx.y) * p.tiles_per_split) / Tr::kGroups) & 1;
-    int* counts = reinterpret_cast<int*>(p.filter_state + 1);  // query q's at counts[q * kFilterStride]
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       if (q0 + c < p.nq) {
         // (a group's first tile loads it now, after its own bound went out: the bars the grid's first bounds raise
         // let through half the keys that the group's own bound alone does)
         const unsigned b = kPrefetchBar && !first ? next_bar
-                                                  : ld_relaxed_global(p.filter_state + (q0 + c) * kFilterStride);
+                                                  : ld_relaxed_global(filter_word(q0 + c));
         sts(filter_tile_bar(c, par), fmaxf(lds(filter_bound(c)), unorder_key(b)));
       }
       sts(filter_tile_count(c), 0);
@@ -1271,7 +1278,7 @@ struct TopkBlock {
     trace_turn_event(2);  // (the diagnosis build: the tile's keys are counted)
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       const int m = lds(filter_tile_count(c));
-      if (m > 0) sts(filter_tile_base(c), atomic_add_global(counts + (q0 + c) * kFilterStride, m));
+      if (m > 0) sts(filter_tile_base(c), atomic_add_global(reinterpret_cast<int*>(filter_word(q0 + c) + 1), m));
     }
     block_sync();
 #pragma unroll
@@ -1282,10 +1289,12 @@ struct TopkBlock {
         const int q = q0 + col;
         const bool live = q < p.nq;
         const float bar = live ? lds(filter_tile_bar(col, par)) : f32_inf();
-        // (slot < dense_ld always holds after a zeroed state; the test keeps a search run again without its
+        // (slot < dense_ld always holds after a zeroed state; the test keeps a search that runs again without its
         // select, whose counts keep growing, inside the rows)
-        const int room = p.dense_ld - (live ? lds(filter_tile_base(col)) : 0);
-        const long long row = static_cast<long long>(live ? q : 0) * p.dense_ld + (live ? lds(filter_tile_base(col)) : 0);
+        // (a column with no passing key in the tile has a stale base: nothing is stored with it)
+        const int base = live ? lds(filter_tile_base(col)) : 0;
+        const int room = p.dense_ld - base;
+        const long long row = static_cast<long long>(live ? q : 0) * p.dense_ld + base;
         int a = at[nt][e];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -1303,13 +1312,13 @@ struct TopkBlock {
       }
     }
     if constexpr (kPrefetchBar) {
-      if (gtid < BQ && q0 + gtid < p.nq) next_bar = ld_relaxed_global(p.filter_state + (q0 + gtid) * kFilterStride);
+      if (gtid < BQ && q0 + gtid < p.nq) next_bar = ld_relaxed_global(filter_word(q0 + gtid));
     }
   }
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
-  // the tile group's first tile of the split (thread lists run the bound pass on it).
+  // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it).
   __device__ __forceinline__ void epilogue(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
                                            bool first) {
     const int g = lane >> 2, t = lane & 3;
@@ -1319,7 +1328,9 @@ struct TopkBlock {
     // reads the previous tile's norms, scores or queues, or clears hit flags or queue counts after this tile's
     // pre-check set them.
     // (MERGE=5 shares nothing in shared memory across tiles but the row norms of cosine and l2.)
-    // (MERGE=6 shares its bounds, which only its first tile writes, between its own barriers.)
+    // (MERGE=6 shares its bounds, which only its first tile writes, and its per-tile bars (two slots by the tile's
+    // parity), counts and bases, which each epilogue writes only after a barrier that every thread passes after
+    // its reads of the previous tile's: see filter_epilogue().)
     if constexpr (Tr::kTmaProducer && (!Tr::kNoLists || Tr::kNorms)) block_sync();
     if constexpr (Tr::kNorms) {
       if (warp_q == 0) {  // these warps cover every row of the tile once

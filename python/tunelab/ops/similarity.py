@@ -993,37 +993,48 @@ def needs_padding(dtype_code: int, d: int) -> bool:
 _SEARCH_SHAPES: dict[tuple, tuple] = {}
 _SEARCH_LAUNCHES: dict[tuple, tuple] = {}
 _LAUNCH_CACHE_MAX = 256
-#: The bars and counts of MERGE=6 searches, one zeroed int32 tensor per (device, stream) (filter_state()).
-_FILTER_STATES: dict[tuple[int, int], Any] = {}
+#: The bars and counts of MERGE=6 searches: per (device, stream) a zeroed int32 tensor and the lock that keeps a
+#: search and its select together (_filter_entry()); the tensors a larger nq replaced stay alive in _FILTER_RETIRED,
+#: since launches prepared earlier may still point at them.
+_FILTER_STATES: dict[tuple[int, int], tuple[Any, threading.Lock]] = {}
+_FILTER_RETIRED: list = []
 _FILTER_STATES_LOCK = threading.Lock()
+
+
+def _filter_entry(device, nq: int) -> tuple[Any, threading.Lock]:
+    """(state, lock) of :func:`filter_state`: hold the lock from enqueuing a search to enqueuing its select."""
+    import torch
+
+    index = _device_index_of(torch.device(device))
+    if index == torch.cuda.current_device():
+        capturing = torch.cuda.is_current_stream_capturing()
+    else:
+        with torch.cuda.device(index):
+            capturing = torch.cuda.is_current_stream_capturing()
+    if capturing:  # its own state, zeroed by a fill the graph captures: replays on other streams share nothing
+        return torch.zeros(FILTER_STRIDE * int(nq), dtype=torch.int32, device=f"cuda:{index}"), threading.Lock()
+    key = (index, current_stream(torch.device("cuda", index)))
+    with _FILTER_STATES_LOCK:
+        entry = _FILTER_STATES.get(key)
+        if entry is None or entry[0].numel() < FILTER_STRIDE * int(nq):
+            if entry is not None:
+                _FILTER_RETIRED.append(entry[0])
+            state = torch.zeros(FILTER_STRIDE * max(int(nq), 128), dtype=torch.int32, device=f"cuda:{index}")
+            entry = _FILTER_STATES[key] = (state, entry[1] if entry is not None else threading.Lock())
+    return entry
 
 
 def filter_state(device, nq: int):
     """The bars and counts of a ``MERGE=6`` (filtered) search of ``nq`` queries on ``device``'s current stream: an
-    int32 tensor of at least :data:`FILTER_STRIDE` x nq words, all zeros. The search raises the bars and counts
-    the candidates; the select kernel after it sets them back to zero, so the searches of one stream, which run one
-    after another, share it (grown, zeroed, when a larger nq comes). While a CUDA graph is being captured every call gets its own
-    (captured zero fill), so that graphs replayed on different streams share nothing. If a search ran and its
-    select did not (a failed launch), call :func:`reset_filter_states`."""
-    import torch
-
-    device = torch.device(device)
-    if torch.cuda.is_current_stream_capturing():
-        return torch.zeros(FILTER_STRIDE * int(nq), dtype=torch.int32, device=device)
-    key = (_device_index_of(device), current_stream(device))
-    with _FILTER_STATES_LOCK:
-        state = _FILTER_STATES.get(key)
-        if state is None or state.numel() < FILTER_STRIDE * int(nq):
-            state = torch.zeros(FILTER_STRIDE * max(int(nq), 128), dtype=torch.int32, device=device)
-            _FILTER_STATES[key] = state
-    return state
-
-
-def reset_filter_states() -> None:
-    """Zero every stream's ``MERGE=6`` bars and counts (after a search whose select kernel did not run)."""
-    with _FILTER_STATES_LOCK:
-        for state in _FILTER_STATES.values():
-            state.zero_()
+    int32 tensor of at least :data:`FILTER_STRIDE` x nq words, zeros whenever no search is between its launch and
+    its select's. The search raises the bars and counts the candidates; the select kernel after it sets them back to
+    zero, so the searches of one stream, which run one after another, share it (a larger nq gets a new one; the old
+    stays allocated for the launches prepared with it). The op enqueues each search and its select together under
+    the state's lock, so that calls from several threads on one stream do not interleave, and zeroes the state
+    again if the select's launch fails. While a CUDA graph is being captured every call gets its own state (its
+    zero fill captured), so that graphs replayed on different streams share nothing. Launches prepared with a state
+    (:meth:`CompiledSearch.prepare`) must be run as pairs, search then select, one pair at a time per state."""
+    return _filter_entry(device, nq)[0]
 
 
 def _device_index_of(device) -> int:
@@ -1061,7 +1072,8 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
     cand_key, cand_idx = compiled.candidate_buffers(plan, nq, n, k, queries.device)
     scores = torch.empty((nq, k), dtype=torch.float32, device=queries.device)
     indices = torch.empty((nq, k), dtype=torch.int64, device=queries.device)
-    state = filter_state(queries.device, nq) if compiled.filtered else None  # this stream's bars and counts
+    entry = _filter_entry(queries.device, nq) if compiled.filtered else None  # this stream's bars and counts
+    state = None if entry is None else entry[0]
     launch_key = (shape_key, qp, cp, cand_key.data_ptr(), 0 if cand_idx is None else cand_idx.data_ptr(),
                   scores.data_ptr(), indices.data_ptr(), 0 if state is None else state.data_ptr())
     launches = _SEARCH_LAUNCHES.get(launch_key)
@@ -1070,13 +1082,20 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
                              compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan,
                                               state=state))
     stream = current_stream(queries.device)
-    try:
+    if entry is None:
         for launch in launches:  # the search, then the merge of its candidates
             launch(stream)
-    except BaseException:
-        if compiled.filtered:  # a search whose select did not run leaves its bars and counts set
-            reset_filter_states()
-        raise
+        return scores, indices
+    with entry[1]:  # MERGE=6: no other thread's search or select on this state between this pair's launches
+        launches[0](stream)
+        try:
+            launches[1](stream)
+        except BaseException:
+            try:  # the search ran and its select did not: the state must be zeros for the next search
+                state.zero_()
+            except Exception:  # noqa: BLE001 - a broken context: the launch error below says it
+                pass
+            raise
     return scores, indices
 
 
