@@ -96,6 +96,24 @@ def time_all(fns: dict, *, budget_s: float, rounds: int,
     return {k: np.asarray(v) for k, v in out.items()}, graph
 
 
+def variant_rows(samples: dict, fns: dict, ref: str) -> dict:
+    """Per variant of ``samples`` (name -> µs array; "torch" the baseline): its µs summary and, for ours, the speedup
+    over torch and over the variant ``ref`` (bootstrap 95% CIs), its config and split count."""
+    from tunelab.stats import speedup_ci
+
+    out = {}
+    for name, s in samples.items():
+        v = {"us": summarize(s)}
+        if name != "torch":
+            for base in ("torch", ref):
+                sp = speedup_ci(samples[base], s, paired=False, n_resamples=2000, seed=0)
+                v[f"speedup_vs_{base}"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+            v["config"] = fns[name].config
+            v["splits"] = fns[name].plan["splits"]
+        out[name] = v
+    return out
+
+
 def kernels_alone(prep: Prepared, samples: int = 60) -> dict:
     """Each of a variant's two kernels timed alone (prepared launch, L2 flushed before each)."""
     from tunelab.timing import time_callable
@@ -110,7 +128,6 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from tunelab.stats import speedup_ci
     from tunelab.tuning.families.similarity import torch_topk
 
     clock = warm_up_gpu()
@@ -126,17 +143,8 @@ def main() -> int:
         fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.5, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": "fp16", "timer": "cuda_graph" if graph else "events",
-               "dense_matrix_bytes": nq * ((n + 3) // 4 * 4) * 4, "indices_equal_fused": agree, "variants": {}}
-        for name, s in samples.items():
-            v = {"us": summarize(s)}
-            if name != "torch":
-                sp = speedup_ci(samples["torch"], s, paired=False, n_resamples=2000, seed=0)
-                v["speedup_vs_torch"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
-                vs = speedup_ci(samples["fused"], s, paired=False, n_resamples=2000, seed=0)
-                v["speedup_vs_fused"] = {"estimate": vs.estimate, "ci95": [vs.low, vs.high]}
-                v["config"] = fns[name].config
-                v["splits"] = fns[name].plan["splits"]
-            row["variants"][name] = v
+               "dense_matrix_bytes": nq * ((n + 3) // 4 * 4) * 4, "indices_equal_fused": agree,
+               "variants": variant_rows(samples, fns, "fused")}
         if (nq, n) == (100, 50_000):
             row["kernels_alone"] = {k: kernels_alone(f) for k, f in fns.items() if k != "torch"}
         rows.append(row)

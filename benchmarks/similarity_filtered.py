@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
-from similarity_dense import K, Prepared, kernels_alone, time_all  # noqa: E402
+from _common import draw_search_inputs, warm_up_gpu, write_result  # noqa: E402
+from similarity_dense import K, Prepared, kernels_alone, time_all, variant_rows  # noqa: E402
 
 D = 768
 # (nq, n, dtype): the open goal's shape first, then the dense rule's other corners and two corpora past it
@@ -73,7 +73,6 @@ def main() -> int:
     import torch
 
     from tunelab.ops import similarity as sim
-    from tunelab.stats import speedup_ci
     from tunelab.tuning.families.similarity import torch_topk
 
     clock = warm_up_gpu()
@@ -92,17 +91,7 @@ def main() -> int:
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
                "filtered_equals_dense": same, "state_zero_after_calls": state_zero and cand["state_zero_after_select"],
-               "candidates_per_query": cand, "variants": {}}
-        for name, s in samples.items():
-            v = {"us": summarize(s)}
-            if name != "torch":
-                sp = speedup_ci(samples["torch"], s, paired=False, n_resamples=2000, seed=0)
-                v["speedup_vs_torch"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
-                vs = speedup_ci(samples["dense"], s, paired=False, n_resamples=2000, seed=0)
-                v["speedup_vs_dense"] = {"estimate": vs.estimate, "ci95": [vs.low, vs.high]}
-                v["config"] = fns[name].config
-                v["splits"] = fns[name].plan["splits"]
-            row["variants"][name] = v
+               "candidates_per_query": cand, "variants": variant_rows(samples, fns, "dense")}
         if (nq, n, dtype) == (100, 50_000, "float16"):
             # (not the filtered pair's: its search alone, run again and again, would never see its counts reset)
             row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in ("fused", "dense")}

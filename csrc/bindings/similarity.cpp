@@ -81,8 +81,8 @@ void bind_similarity(py::module_& m) {
         py::arg("n"), py::arg("d"), py::arg("k"), py::arg("num_tiles"), py::arg("tiles_per_split"),
         py::arg("list_offset"), py::arg("dense_ld") = 0, py::arg("filter_state") = 0,
         "SearchParams bytes (pass to ArgPack.raw(bytes, 8)). MERGE=5: cand_key is the [nq][dense_ld] key matrix; "
-        "MERGE=6: cand_key / cand_idx the [nq][dense_ld] candidate rows and filter_state the bars and counts (FILTER_STRIDE words a query) "
-        "(zeros).");
+        "MERGE=6: cand_key / cand_idx the [nq][dense_ld] candidate rows and filter_state the bars and counts "
+        "(FILTER_STRIDE words a query, zeros).");
 
     // merge
     {

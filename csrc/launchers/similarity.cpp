@@ -139,8 +139,8 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
             config_error(fam, "MMA=3 (ping-pong warpgroups) needs WARPS_N=8: two MMA warpgroups that take turns on "
                               "the tiles; got WARPS_N=" + std::to_string(c.warps_n) + " (use MMA=2 for one warpgroup)");
         if (c.mma == 3 && c.merge < 3)
-            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or MERGE 5, 6 (dense, filtered): "
-                              "each warpgroup keeps its own lists; got MERGE=" + std::to_string(c.merge) +
+            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or no lists (MERGE 5, 6): "
+                              "each warpgroup keeps its own; got MERGE=" + std::to_string(c.merge) +
                               " (use MMA=2 for MERGE 0..2)");
     }
     // options of the TMA producer: anything but their off value needs MMA 2 or 3
@@ -292,11 +292,9 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                      // MERGE=6: cand_key / cand_idx are [nq][dense_ld] candidate rows, filter_state
                      // kFilterStride words a query
         const std::string m = "MERGE=" + std::to_string(c.merge);
+        null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the key matrix)", cand_key}});
         if (filtered)
-            null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the candidate keys)", cand_key},
-                        {"cand_idx (the candidate rows)", cand_idx}, {"filter_state (the bars and counts)", filter_state}});
-        else
-            null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the dense key matrix)", cand_key}});
+            null_check({{"cand_idx (the candidate rows)", cand_idx}, {"filter_state (the bars and counts)", filter_state}});
         constexpr int align = tunelab::sim::kDenseLdAlign;
         if (dense_ld < n || dense_ld % align != 0 || dense_ld > INT_MAX)
             throw InputError(m + ": the key matrix's row stride dense_ld=" + std::to_string(dense_ld) +

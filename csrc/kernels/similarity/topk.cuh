@@ -901,31 +901,41 @@ struct TopkBlock {
   }
   // The bound pass's selection by warp shuffles (configs without kLaneBounds), after its maxima are stored.
   __device__ __forceinline__ void bound_pass_shuffles() {
-    // A warp takes B columns at a time (one selection's shuffle chain is latency-bound: on the H200 one column
-    // at a time made the pass ~6 us at nq = 100; 8 at once spill next to 128 query columns' accumulators). Lane 0
-    // reads the bars for the warp (with ping-pong the other group may raise a part's bar meanwhile) and alone
-    // writes the bounds.
+    // Lane 0 reads the bars for the warp (with ping-pong the other group may raise a part's bar meanwhile); padding
+    // columns get no bound.
+    select_bounds_shuffles(
+        SP, [&](int c) { return q0 + c < p.nq && list_bar(c, false) == -f32_inf(); },
+        [&](int c, float bound) { sts(column_bound(c), bound); });
+  }
+  // The bound passes' selection by warp shuffles (thread lists without kLaneBounds, MERGE=6), after each holder's
+  // maximum is stored at scores + column * pitch + holder: for each column c for which need(c) holds (lane 0 asks,
+  // for the whole warp), the k-th largest of its maxima goes to store(c, bound) (lane 0 calls it). A warp takes B
+  // columns at a time (one selection's shuffle chain is latency-bound: on the H200 one column at a time made the
+  // pass ~6 us at nq = 100; 8 at once spill next to 128 query columns' accumulators). With more holders than lanes a
+  // lane offers the largest of its holders' maxima (still k distinct keys at least as large).
+  template <class Need, class Store>
+  __device__ __forceinline__ void select_bounds_shuffles(int pitch, Need need, Store store) {
     constexpr int B = NT > 13 ? 4 : 8;
 #pragma unroll 1
     for (int c0 = gtid >> 5; c0 < BQ; c0 += B * Tr::kGroupWarps) {
       float x[B];
-      bool need[B];
+      bool take[B];
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         const int c = c0 + b * Tr::kGroupWarps;
-        float bar = 0.f;  // padding and past-the-tile columns: no bound
-        if (lane == 0 && c < BQ && q0 + c < p.nq) bar = list_bar(c, false);
-        need[b] = shfl_f(bar, 0) == -f32_inf();
+        int t = 0;
+        if (lane == 0 && c < BQ) t = need(c) ? 1 : 0;
+        take[b] = shfl_i(t, 0) != 0;
         x[b] = -f32_inf();
-        if (need[b]) {
-          for (int j = lane; j < HOLDERS; j += 32) x[b] = fmaxf(x[b], lds(scores + c * SP + j));
+        if (take[b]) {
+          for (int j = lane; j < HOLDERS; j += 32) x[b] = fmaxf(x[b], lds(scores + c * pitch + j));
         }
       }
       warp_kth_largest_n<B>(x, p.k, lane);
       if (lane == 0) {
 #pragma unroll
         for (int b = 0; b < B; ++b)
-          if (need[b]) sts(column_bound(c0 + b * Tr::kGroupWarps), x[b]);
+          if (take[b]) store(c0 + b * Tr::kGroupWarps, x[b]);
       }
     }
   }
@@ -1177,37 +1187,18 @@ struct TopkBlock {
   // global memory, where every other group of the grid filters by it. Why the answer stays exact: the group filters
   // its tile by max(this bound, the bar it reads); if the bound is the larger, its k keys reach it and are appended;
   // if the bar is, the bound's keys may be dropped, but that bar is the largest value some group had published
-  // then, and by the same argument k keys at least as large as it reached the candidates. A warp selects B columns
-  // at a time; with more holders than lanes a lane offers the largest of its holders' maxima (still k distinct
-  // keys); fewer than k holders with a real key leave -inf (the launcher takes k <= 32 with MERGE=6).
+  // then, and by the same argument k keys at least as large as it reached the candidates. Fewer than k holders with
+  // a real key leave -inf (no bound); the launcher takes k <= 32 with MERGE=6.
   __device__ __forceinline__ void filter_bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                     const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
-    constexpr int B = NT > 13 ? 4 : 8;
-#pragma unroll 1
-    for (int c0 = gtid >> 5; c0 < BQ; c0 += B * Tr::kGroupWarps) {
-      float x[B];
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const int c = c0 + b * Tr::kGroupWarps;
-        x[b] = -f32_inf();
-        if (c < BQ) {
-          for (int j = lane; j < HOLDERS; j += 32) x[b] = fmaxf(x[b], lds(filter_maxima(c) + j));
-        }
-      }
-      warp_kth_largest_n<B>(x, p.k <= 32 ? p.k : 32, lane);
-      if (lane == 0) {
-#pragma unroll
-        for (int b = 0; b < B; ++b) {
-          const int c = c0 + b * Tr::kGroupWarps;
-          if (c >= BQ || q0 + c >= p.nq) continue;
-          const float bound = p.k <= 32 ? x[b] : -f32_inf();
+    select_bounds_shuffles(
+        Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; },
+        [&](int c, float bound) {
           sts(filter_bound(c), bound);
           if (bound > -f32_inf()) atomic_max_global(filter_word(q0 + c), order_key(bound));
-        }
-      }
-    }
+        });
     block_sync();  // every warp of the group filters by the bounds
   }
 

@@ -591,17 +591,22 @@ class CompiledSearch:
         """Whether the search keeps no top-k and the select kernel follows it (``MERGE`` 5 or 6)."""
         return self.dense or self.filtered
 
+    def _filter_state(self, queries, state):
+        """``state``, or for a ``MERGE=6`` search without one :func:`filter_state` of the current stream (None for
+        the other searches)."""
+        if self.filtered and state is None:
+            return filter_state(queries.device, queries.shape[0])
+        return state if self.filtered else None
+
     def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):
         """(cand_key, cand_idx) for one search launch: the splits' candidate lists, [splits][nq][k] float32 and
         int32; with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None; with ``MERGE=6``
         the candidate rows, [nq][N rounded up to 4] float32 and int32 (a row never overflows)."""
         import torch
 
-        if self.dense:
-            return torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device), None
-        if self.filtered:
-            return (torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device),
-                    torch.empty((nq, dense_ld(n)), dtype=torch.int32, device=device))
+        if self.selects:
+            keys = torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device)
+            return keys, torch.empty_like(keys, dtype=torch.int32) if self.filtered else None
         return (torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=device),
                 torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=device))
 
@@ -611,13 +616,12 @@ class CompiledSearch:
         :meth:`candidate_buffers` and ``cand_idx`` may be None; ``MERGE=6``: ``state`` is the bars and counts,
         :func:`filter_state` of the current stream when None)."""
         nq, d = queries.shape
-        if self.filtered and state is None:
-            state = filter_state(queries.device, nq)
+        state = self._filter_state(queries, state)
         blob = _S.topk_pack(self.config, self.dtype_code, queries.data_ptr(), int(corpus_ptr), cand_key.data_ptr(),
                             0 if cand_idx is None else cand_idx.data_ptr(), queries.stride(0), int(c_stride),
                             int(index_base), nq, int(n), d, int(k), plan["num_tiles"], plan["tiles_per_split"],
                             int(list_offset), cand_key.stride(0) if self.selects else 0,
-                            state.data_ptr() if self.filtered else 0)
+                            0 if state is None else state.data_ptr())
         pack = _core.ArgPack()
         pack.raw(blob, 8)
         return (plan["q_tiles"], plan["splits"], 1), (self.threads, 1, 1), self.smem_bytes(k), pack
@@ -666,10 +670,9 @@ class CompiledSearch:
             return self.merge_args(cand_key, None, queries, k, 1, out_score=scores, out_index=indices,
                                    dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT)
         if self.filtered:
-            if state is None:
-                state = filter_state(queries.device, queries.shape[0])
             return self.merge_args(cand_key, cand_idx, queries, k, 1, out_score=scores, out_index=indices,
-                                   dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT, state=state)
+                                   dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT,
+                                   state=self._filter_state(queries, state))
         return self.merge_args(cand_key, cand_idx, queries, k, plan["splits"], out_score=scores, out_index=indices,
                                kind=kind)
 
@@ -686,8 +689,7 @@ class CompiledSearch:
         ``kind``, not for ``MERGE`` 5 and 6; ``state``: ``MERGE=6``'s bars and counts, by default
         :func:`filter_state` of the current stream: run the pair, in order, on one stream at a time)."""
         n = corpus.shape[0]
-        if self.filtered and state is None:
-            state = filter_state(queries.device, queries.shape[0])
+        state = self._filter_state(queries, state)  # one for both launches
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
                                                    cand_idx, 0, 0, plan, state=state)
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=self.cluster_dims)
