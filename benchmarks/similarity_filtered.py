@@ -1,5 +1,5 @@
-"""The filtered search (MERGE=6: only the keys that reach their query's global bar go to a candidate row, then the
-select kernel) against the dense search (MERGE=5, every key), the fused search and torch.
+"""The filtered search (MERGE=6: only the keys that reach their block's bar go to the split's segment of a candidate
+row, then the select kernel) against the dense search (MERGE=5, every key), the fused search and torch.
 
 For each shape (d = 768, k = 10, inner product) the script times, interleaved in rounds with the core's protocol
 (L2 flush, CUDA events; CUDA-graph replay for all when one is under 20 µs):
@@ -11,9 +11,9 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
   filtered    the same config with MERGE=6
 
 Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
-and the same tie rule: identical), and after each call the filter state is all zeros again. Reported besides the
-times: the candidates per query the filtered search appended (mean and largest; the select reads those), and at
-50K / 100 the fused and dense arms' two kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
+and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search
+appended (mean and largest; the select reads those), and at 50K / 100 the fused, dense and filtered arms' two
+kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
 (environment fingerprint inside); a short table last. About 3 minutes on an H100.
 
     python3 benchmarks/similarity_filtered.py [--quick] [--tag _h100]
@@ -48,21 +48,16 @@ def variants(nq: int, n: int, dtype: str, q, c) -> dict:
             "filtered": Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)}
 
 
-def candidates(prep: Prepared, nq: int) -> dict:
-    """Run the filtered search alone and read its counts (the select then runs and resets them)."""
+def candidates(prep: Prepared) -> dict:
+    """Run the filtered search and read its counts: the candidates per query the select reads."""
     import torch
 
     from tunelab.ops import similarity as sim
 
-    state = sim.filter_state(prep.ck.device, nq)
-    stream = int(torch.cuda.current_stream().cuda_stream)
-    prep.search(stream)
+    prep.search(int(torch.cuda.current_stream().cuda_stream))
     torch.cuda.synchronize()
-    counts = state[1:sim.FILTER_STRIDE * nq:sim.FILTER_STRIDE].to(torch.float64).cpu()
-    prep.merge(stream)
-    torch.cuda.synchronize()
-    return {"mean": float(counts.mean()), "max": int(counts.max()), "min": int(counts.min()),
-            "state_zero_after_select": bool((state == 0).all())}
+    counts = sim.filter_counts(prep.ci, prep.plan, prep.config).sum(1).to(torch.float64).cpu()
+    return {"mean": float(counts.mean()), "max": int(counts.max()), "min": int(counts.min())}
 
 
 def main() -> int:
@@ -80,21 +75,18 @@ def main() -> int:
     for nq, n, dtype in (QUICK_SHAPES if args.quick else SHAPES):
         q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=n + nq)
         fns = variants(nq, n, dtype, q, c)
-        cand = candidates(fns["filtered"], nq)
+        cand = candidates(fns["filtered"])
         for f in fns.values():
             f()
         torch.cuda.synchronize()
         same = (torch.equal(fns["filtered"].indices, fns["dense"].indices)
                 and torch.equal(fns["filtered"].scores, fns["dense"].scores))
-        state_zero = bool((sim.filter_state(q.device, nq) == 0).all())
         fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
-               "filtered_equals_dense": same, "state_zero_after_calls": state_zero and cand["state_zero_after_select"],
-               "candidates_per_query": cand, "variants": variant_rows(samples, fns, "dense")}
+               "filtered_equals_dense": same, "candidates_per_query": cand, "variants": variant_rows(samples, fns, "dense")}
         if (nq, n, dtype) == (100, 50_000, "float16"):
-            # (not the filtered pair's: its search alone, run again and again, would never see its counts reset)
-            row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in ("fused", "dense")}
+            row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in ("fused", "dense", "filtered")}
         rows.append(row)
         del fns, q, c
         torch.cuda.empty_cache()
@@ -110,7 +102,7 @@ def main() -> int:
             sp = v.get("speedup_vs_torch", {}).get("estimate")
             cells.append(f"{v['us']['median']:8.1f}" + (f" {sp:5.2f}x" if sp else " " * 7))
         gain = r["variants"]["filtered"]["speedup_vs_dense"]
-        ok = "" if r["filtered_equals_dense"] and r["state_zero_after_calls"] else "  MISMATCH/STATE"
+        ok = "" if r["filtered_equals_dense"] else "  MISMATCH"
         print(f"{r['nq']:>4} {r['n']:>7} {r['dtype']:>8} {r['candidates_per_query']['mean']:7.0f}  " +
               "  ".join(cells) + f"  {gain['estimate']:.3f} [{gain['ci95'][0]:.3f}, {gain['ci95'][1]:.3f}]" + ok)
     for r in rows:

@@ -1,9 +1,8 @@
-"""Where the filtered search's time goes at one shape: the dense search's two kernels alone (L2 flushed before each)
-and each pair (search then select). The filtered search is not timed alone: run again without its select it would
-start from the last run's bars and counts, fill its candidate rows and stop storing, so it would time less work
-than a call does (the first results file, at fe781ec, has such a figure: 47.8 us; the block timelines of
-similarity_probe.py --variants filtered --trace are the way to see its parts). ``--once`` runs the filtered pair
-once (for ncu). Results: benchmarks/results/similarity_filtered_parts<tag>.json.
+"""Where the filtered search's time goes at one shape: the dense and the filtered search's two kernels alone (L2
+flushed before each) and each pair (search then select). (The first results file, at fe781ec, whose filtered search
+kept bars and counts in global memory from one call to the next, has no filtered kernels alone: its search run
+without its select did less work than a call.) ``--once`` runs the filtered pair once (for ncu). Results:
+benchmarks/results/similarity_filtered_parts<tag>.json.
 
     python3 benchmarks/similarity_filtered_parts.py [--nq 100] [--n 50000] [--tag _h100] [--once]
 """
@@ -45,19 +44,17 @@ def main() -> int:
     out = {}
     for name, prep in (("dense", dense), ("filtered", filt)):
         prep()
-        out[name] = {"pair_us": summarize(time_callable(prep, warmup=3, samples=60))}
-        if name == "dense":
-            out[name]["search_alone_us"] = summarize(time_callable(prep.search, warmup=3, samples=60))
-            out[name]["select_alone_us"] = summarize(time_callable(prep.merge, warmup=3, samples=60))
+        out[name] = {"pair_us": summarize(time_callable(prep, warmup=3, samples=60)),
+                     "search_alone_us": summarize(time_callable(prep.search, warmup=3, samples=60)),
+                     "select_alone_us": summarize(time_callable(prep.merge, warmup=3, samples=60))}
     torch.cuda.synchronize()
-    assert int(sim.filter_state(q.device, args.nq).count_nonzero()) == 0, "the filtered pairs left a state set"
     path = write_result(f"similarity_filtered_parts{args.tag}", {"nq": args.nq, "n": args.n, "d": D, "k": K,
                                                                   "sm_mhz_after_warmup": clock, "arms": out})
     print(f"wrote {path}")
     for name, v in out.items():
         print(f"{name:>9}: pair {v['pair_us']['median']:.1f} us"
-              + (f", search alone {v['search_alone_us']['median']:.1f} us, select alone "
-                 f"{v['select_alone_us']['median']:.1f} us" if "select_alone_us" in v else ""))
+              + f", search alone {v['search_alone_us']['median']:.1f} us, select alone "
+                f"{v['select_alone_us']['median']:.1f} us")
     return 0
 
 

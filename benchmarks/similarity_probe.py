@@ -415,7 +415,7 @@ def main() -> int:
                              "error": "MERGE 5, 6 (no candidate lists): --trace or --ncu only; "
                                       "benchmarks/similarity_filtered.py times them"})
                 continue
-            if comp.selects:  # MERGE 5, 6: the key matrix or candidate rows ([nq][N rounded up to 4])
+            if comp.selects:  # MERGE 5, 6: the key matrix or candidate rows
                 ck, ci = comp.candidate_buffers(plan, nq, n, K, queries.device)
             else:
                 ck = torch.empty((plan["splits"], nq, K), dtype=torch.float32, device="cuda")
@@ -427,9 +427,6 @@ def main() -> int:
             p_nan, _ = comp.prepare(dev, nans, corpus, K, ck, ci, sc, ix, plan)
             if args.trace:
                 launch = p_search
-                if comp.filtered:  # every traced search starts from zeroed bars and counts, as after a select
-                    state = S.filter_state(queries.device, nq)
-                    launch = lambda: (state.zero_(), p_search(stream))  # noqa: E731
                 rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                              "tiles_per_split": plan["tiles_per_split"],
                              **block_timeline(launch, ck, plan["q_tiles"] * plan["splits"])})

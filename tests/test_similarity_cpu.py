@@ -470,9 +470,9 @@ def test_dense_search_rule_space_and_limits():
     # no score tile, scratch or list bookkeeping: the ring (and the row norms for cosine, l2) only
     assert S.topk_smem_bytes(cfg, 0, 0, 10) == 4 * (128 + 104) * 128 + 4 * 16 + 16
     assert S.topk_smem_bytes(cfg, 0, 2, 10) == S.topk_smem_bytes(cfg, 0, 0, 10) + 2 * 128 * 4
-    # MERGE=6 (filtered): and per ping-pong group and query column its 32 holders' maxima, bound, bars and counts
+    # MERGE=6 (filtered): and per ping-pong group and query column its 32 holders' maxima, bound and count (+2 pad)
     fcfg = dict(cfg, MERGE=6)
-    assert S.topk_smem_bytes(fcfg, 0, 0, 10) == S.topk_smem_bytes(cfg, 0, 0, 10) + 2 * 104 * (32 + 8) * 4
+    assert S.topk_smem_bytes(fcfg, 0, 0, 10) == S.topk_smem_bytes(cfg, 0, 0, 10) + 2 * 104 * (32 + 4) * 4
     with pytest.raises(ConfigError, match="MERGE=6 .* k <= 32; k=33"):
         S.topk_smem_bytes(fcfg, 0, 0, 33)
 
@@ -519,47 +519,52 @@ def test_pack_layout_roundtrip():
     blob = S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5, 100, 5000, 768, 10, 40, 3, 1)
     # MMA=2's two tensor maps (128 bytes each, zeros for other configs), the fields, padding to 64-byte alignment
     assert len(blob) == S.SEARCH_PARAMS_BYTES == 384
-    assert blob[:256] == bytes(256) and blob[352:] == bytes(32)
-    f = struct.unpack("<QQQQQqqqiiiiiiii", blob[256:352])
-    assert f[:8] == (0x1000, 0x2000, 0x3000, 0x4000, 0, 776, 768, 5)  # filter_state null: not MERGE=6
-    assert f[8:16] == (100, 5000, 768, 10, 40, 3, 1, 0)  # dense_ld 0: not MERGE=5, 6
+    layout = "<QQQQqqqiiiiiiii"
+    assert blob[:256] == bytes(256) and blob[344:] == bytes(40)
+    f = struct.unpack(layout, blob[256:344])
+    assert f[:7] == (0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5)
+    assert f[7:15] == (100, 5000, 768, 10, 40, 3, 1, 0)  # dense_ld 0: not MERGE=5, 6
     # MERGE=5: cand_key is the [nq][dense_ld] key matrix, cand_idx may be null
     dcfg = _cfg(BLOCK_Q=32, MERGE=5)
     db = S.topk_pack(dcfg, 0, 0x1000, 0x2000, 0x3000, 0, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, 5004)
-    assert struct.unpack("<QQQQQqqqiiiiiiii", db[256:352])[8:16] == (100, 5000, 768, 10, 40, 3, 0, 5004)
-    for bad_ld, bad_key, base, match in ((5002, 0x3000, 0, "multiple of 4"), (4996, 0x3000, 0, "at least n=5000"),
+    assert struct.unpack(layout, db[256:344])[7:15] == (100, 5000, 768, 10, 40, 3, 0, 5004)
+    for bad_ld, bad_key, base, match in ((5002, 0x3000, 0, "multiple of 4"), (4996, 0x3000, 0, "at least 5000"),
                                          (5004, 0x3008, 0, "16-byte aligned"), (5004, 0x3000, 7, "index_base=7")):
         with pytest.raises(InputError, match=match):
             S.topk_pack(dcfg, 0, 0x1000, 0x2000, bad_key, 0, 776, 768, base, 100, 5000, 768, 10, 40, 3, 0, bad_ld)
-    # MERGE=6: the candidate rows (keys and indices) and the bars and counts, all three needed
+    # MERGE=6: the candidate rows (keys and indices): 14 splits of 3 tiles, a segment of 3 x BLOCK_N entries each,
+    # then the 14 counts
     fcfg = _cfg(BLOCK_Q=32, MERGE=6)
-    fb = S.topk_pack(fcfg, 0, 0x1000, 0x2000, 0x3000, 0x5000, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, 5004, 0x7000)
-    ff = struct.unpack("<QQQQQqqqiiiiiiii", fb[256:352])
-    assert ff[4] == 0x7000 and ff[8:16] == (100, 5000, 768, 10, 40, 3, 0, 5004)
-    for ci, st, match in ((0, 0x7000, "cand_idx"), (0x5000, 0, "filter_state"), (0x5000, 0x7002, "4-byte aligned")):
+    fld = S.filter_ld(14, 3 * fcfg["BLOCK_N"])
+    assert fld == -(-(14 * 3 * fcfg["BLOCK_N"] + 14) // 4) * 4
+    fb = S.topk_pack(fcfg, 0, 0x1000, 0x2000, 0x3000, 0x5000, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, fld)
+    assert struct.unpack(layout, fb[256:344])[3] == 0x5000
+    for ci, ld, match in ((0, fld, "cand_idx"), (0x5000, 5004, f"at least {fld}.*14 segments")):
         with pytest.raises(InputError, match=match):
-            S.topk_pack(fcfg, 0, 0x1000, 0x2000, 0x3000, ci, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, 5004, st)
+            S.topk_pack(fcfg, 0, 0x1000, 0x2000, 0x3000, ci, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, ld)
     with pytest.raises(ConfigError, match="MERGE=6 .* k <= 32; k=33"):
-        S.topk_pack(fcfg, 0, 0x1000, 0x2000, 0x3000, 0x5000, 776, 768, 0, 100, 5000, 768, 33, 40, 3, 0, 5004, 0x7000)
+        S.topk_pack(fcfg, 0, 0x1000, 0x2000, 0x3000, 0x5000, 776, 768, 0, 100, 5000, 768, 33, 40, 3, 0, fld)
     with pytest.raises(InputError, match="VEC=16"):  # 100-element fp16 rows are 8-byte multiples only
         S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 100, 100, 0, 10, 500, 100, 10, 4, 1, 0)
     with pytest.raises(InputError, match="2\\^31"):
         S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 768, 768, 2 ** 31 - 10, 10, 500, 768, 10, 4, 1, 0)
     m = S.merge_pack(0x10, 0x20, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, 33)
-    assert len(m) == S.MERGE_PARAMS_BYTES == 112
-    fields = struct.unpack("<QQQQQQQQqqqiiiiii", m)
-    # candidate lists [list][nq][k]: list_len k, list stride nq * k, query stride k, explicit indices, no filter state
-    assert fields == (0x10, 0x20, 0x30, 0, 0, 0x40, 0x50, 0, 768, 1000, 10, 100, 768, 10, 33, 10, 0)
-    dense = struct.unpack("<QQQQQQQQqqqiiiiii", S.merge_pack(0x10, 0, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, 8,
-                                                              125, 125, 1000, True))
-    assert dense[9:] == (125, 1000, 100, 768, 10, 8, 125, 1)
-    # the select after a MERGE=6 search: one row of explicit indices per query, its length in the filter state
-    filt = struct.unpack("<QQQQQQQQqqqiiiiii", S.merge_pack(0x10, 0x20, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, 1,
-                                                             5000, 0, 5004, False, 0x7000))
-    assert filt[7] == 0x7000 and filt[-1] == 0
-    for lists, implicit in ((2, False), (1, True)):
-        with pytest.raises(InputError, match="filter_state"):
-            S.merge_pack(0x10, 0x20, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, lists, 5000, 0, 5004, implicit, 0x7000)
+    assert len(m) == S.MERGE_PARAMS_BYTES == 104
+    mlayout = "<QQQQQQQqqqiiiiii"
+    fields = struct.unpack(mlayout, m)
+    # candidate lists [list][nq][k]: list_len k, list stride nq * k, query stride k, explicit indices
+    assert fields == (0x10, 0x20, 0x30, 0, 0, 0x40, 0x50, 768, 1000, 10, 100, 768, 10, 33, 10, 0)
+    dense = struct.unpack(mlayout, S.merge_pack(0x10, 0, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, 8, 125, 125,
+                                                1000, True))
+    assert dense[8:] == (125, 1000, 100, 768, 10, 8, 125, 1)
+    # the select after a MERGE=6 search: 14 segments of 384 explicit-index entries per query, then their counts
+    flen = S.filter_ld(14, 384)
+    filt = struct.unpack(mlayout, S.merge_pack(0x10, 0x20, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, 14, 384, 0,
+                                               flen, False, True))
+    assert filt[8:] == (0, flen, 100, 768, 10, 14, 384, 0)
+    for implicit, stride, match in ((True, flen, "explicit indices"), (False, 14 * 384, f"at least {flen}")):
+        with pytest.raises(InputError, match=match):
+            S.merge_pack(0x10, 0x20, 0x30, 768, 0, 0, 0x40, 0x50, 100, 768, 10, 14, 384, 0, stride, implicit, True)
     with pytest.raises(InputError, match="pairs"):
         S.merge_pack(0x10, 0x20, 0x30, 768, 0x40, 0, 0, 0, 100, 768, 10, 33)
     with pytest.raises(InputError, match="cand_idx is a null device pointer"):

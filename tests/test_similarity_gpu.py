@@ -287,11 +287,11 @@ def test_dense_search_matches_fused_and_reference():
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="the filtered search's ping-pong configs: sm_90 only")
 def test_filtered_search_matches_dense_and_reference():
-    """MERGE=6 (the keys that reach a global bar, then the select over the candidate rows) gives the dense search's
-    answer on the same main loop (bit-identical keys, same tie rule) for every metric and dtype, k from 1 to 32, N
-    not a multiple of a tile; its bars and counts are zeros again after every call, so calls on new corpora stay
-    right; rows that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an explicit
-    MERGE=6."""
+    """MERGE=6 (the keys that reach their block's bar to the split's segment of a candidate row, then the select
+    over the segments) gives the dense search's answer on the same main loop (bit-identical keys, same tie rule) for
+    every metric and dtype, k from 1 to 32, N not a multiple of a tile, and on a new corpus after an old one; its
+    segment counts (filter_counts) fit their segments and reach k per query, far fewer than N at 60K rows; rows
+    that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an explicit MERGE=6."""
     from tunelab.errors import InputError
     from tunelab.tuning.families.similarity import check_topk
 
@@ -307,13 +307,27 @@ def test_filtered_search_matches_dense_and_reference():
                 s0, i0 = sim.similarity_search(q, c, k, metric=metric, config=dense)
                 assert torch.equal(i, i0), (dt, metric, k)
                 assert torch.equal(s, s0), (dt, metric, k)
-                state = sim.filter_state(q.device, nq)
-                assert int(state.count_nonzero()) == 0, (dt, metric, k)
             rep = check_topk(s, i, q, c, 32, metric)
             assert rep.ok, (dt, metric, rep.reason)
         c2 = torch.flip(c, dims=(0,)).contiguous()  # a new corpus: stale bars would drop its best rows
         s2, i2 = sim.similarity_search(q, c2, 10, config=filtered)
         assert torch.equal(i2, sim.similarity_search(q, c2, 10, config=dense)[1]), dt
+        comp = sim.compile_search(sim.fit_config(filtered, 10, dt, sim.smem_limit("sm_90"), "ip"), dtype=dt)
+        plan = comp.plan(0, nq, n, 10)
+        ck, ci = comp.candidate_buffers(plan, nq, n, 10, q.device)
+        ci.fill_(-7)
+        out = torch.empty((nq, 10), dtype=torch.float32, device="cuda"), torch.empty((nq, 10), dtype=torch.int64,
+                                                                                      device="cuda")
+        search, select = comp.prepare(0, q, c, 10, ck, ci, *out, plan)
+        stream = torch.cuda.current_stream().cuda_stream
+        search(stream)
+        select(stream)
+        counts = sim.filter_counts(ci, plan, comp.config)
+        assert counts.shape == (nq, plan["splits"])
+        assert int(counts.min()) >= 0 and int(counts.max()) <= sim.filter_rows(plan, comp.config), dt
+        per_query = counts.sum(1)
+        assert int(per_query.min()) >= 10 and int(per_query.max()) < n // 4, (dt, per_query)
+        assert torch.equal(out[1], sim.similarity_search(q, c, 10, config=dense)[1]), dt
     row = torch.randint(-2, 3, (1, D_WG), device="cuda").to(torch.float16)
     tied = row.repeat(3000, 1)
     qt = torch.randint(-2, 3, (5, D_WG), device="cuda").to(torch.float16)
@@ -328,8 +342,7 @@ def test_filtered_search_matches_dense_and_reference():
                     reason="the filtered search's ping-pong configs: sm_90 only")
 def test_filtered_search_from_two_threads_on_one_stream():
     """Two threads calling the filtered search on torch's one default stream, each on its own corpus: every call
-    gets its own corpus's answer (the op enqueues a search and its select together under the stream state's lock,
-    so one thread's select never reads the other's candidates or resets its counts)."""
+    gets its own corpus's answer (no state outlives a call: each call's search and select use its own buffers)."""
     sim = _sim()
     q, c = _inputs("float16", nq=40, n=20001, d=D_WG, seed=3)
     corpora = (c, torch.flip(c, dims=(0,)).contiguous())
@@ -344,7 +357,6 @@ def test_filtered_search_from_two_threads_on_one_stream():
     torch.cuda.synchronize()
     for i in (0, 1):
         assert all(torch.equal(g, want[i]) for g in got[i]), i
-    assert int(sim.filter_state(q.device, 40).count_nonzero()) == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

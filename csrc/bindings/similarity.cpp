@@ -71,18 +71,17 @@ void bind_similarity(py::module_& m) {
         "topk_pack",
         [](const sl::Config& c, int dtype, unsigned long long q, unsigned long long corpus, unsigned long long ck,
            unsigned long long ci, long long qs, long long cs, long long base, long long nq, long long n, long long d,
-           long long k, int num_tiles, int tiles_per_split, int list_offset, long long dense_ld,
-           unsigned long long filter_state) {
+           long long k, int num_tiles, int tiles_per_split, int list_offset, long long dense_ld) {
             return py::bytes(sl::topk_pack(c, dtype, q, corpus, ck, ci, qs, cs, base, nq, n, d, k, num_tiles,
-                                           tiles_per_split, list_offset, dense_ld, filter_state));
+                                           tiles_per_split, list_offset, dense_ld));
         },
         py::arg("config"), py::arg("dtype"), py::arg("queries"), py::arg("corpus"), py::arg("cand_key"),
         py::arg("cand_idx"), py::arg("q_stride"), py::arg("c_stride"), py::arg("index_base"), py::arg("nq"),
         py::arg("n"), py::arg("d"), py::arg("k"), py::arg("num_tiles"), py::arg("tiles_per_split"),
-        py::arg("list_offset"), py::arg("dense_ld") = 0, py::arg("filter_state") = 0,
+        py::arg("list_offset"), py::arg("dense_ld") = 0,
         "SearchParams bytes (pass to ArgPack.raw(bytes, 8)). MERGE=5: cand_key is the [nq][dense_ld] key matrix; "
-        "MERGE=6: cand_key / cand_idx the [nq][dense_ld] candidate rows and filter_state the bars and counts "
-        "(FILTER_STRIDE words a query, zeros).");
+        "MERGE=6: cand_key / cand_idx the [nq][dense_ld] candidate rows, dense_ld >= filter_ld(splits, rows per "
+        "split).");
 
     // merge
     {
@@ -94,7 +93,6 @@ void bind_similarity(py::module_& m) {
         s.attr("MERGE_SELECT") = static_cast<int>(ts::kMergeSelect);
         s.attr("MERGE_DENSE") = static_cast<int>(ts::kMergeDense);  // the search's MERGE value that writes the keys
         s.attr("MERGE_FILTERED") = static_cast<int>(ts::kMergeFiltered);  // ... that writes the keys that reach a bar
-        s.attr("FILTER_STRIDE") = static_cast<int>(ts::kFilterStride);   // its state's words per query
         s.attr("SELECT_MAX_K") = static_cast<int>(ts::kSelectMaxK);
         // the diagnosis build's timeline slots (params.cuh), for benchmarks/similarity_probe.py --trace
         py::dict slots;
@@ -114,6 +112,9 @@ void bind_similarity(py::module_& m) {
     s.def("dense_ld", &tunelab::sim::topk_dense_ld, py::arg("n"),
           "Row stride (floats) of MERGE=5's dense key matrix over n rows: n rounded up to a multiple of kDenseLdAlign "
           "(4, params.cuh).");
+    s.def("filter_ld", &tunelab::sim::topk_filter_ld, py::arg("splits"), py::arg("seg_rows"),
+          "Row stride (elements) of MERGE=6's candidate rows: splits segments of seg_rows entries (a split's corpus "
+          "rows), then (in cand_idx) the segments' counts, rounded up to a multiple of 4.");
     s.def("merge_smem_bytes", &sl::merge_smem_bytes, py::arg("kind"), py::arg("k"));
     s.def("merge_name_expression", &sl::merge_name_expression, py::arg("dtype"), py::arg("metric"), py::arg("kind"));
     s.def(
@@ -121,16 +122,17 @@ void bind_similarity(py::module_& m) {
         [](unsigned long long ck, unsigned long long ci, unsigned long long q, long long qs, unsigned long long ok,
            unsigned long long oi, unsigned long long os, unsigned long long ox, long long nq, long long d, long long k,
            long long lists, long long list_len, long long list_stride, long long query_stride, bool implicit,
-           unsigned long long filter_state) {
+           bool filtered_rows) {
             return py::bytes(sl::merge_pack(ck, ci, q, qs, ok, oi, os, ox, nq, d, k, lists, list_len, list_stride,
-                                            query_stride, implicit, filter_state));
+                                            query_stride, implicit, filtered_rows));
         },
         py::arg("cand_key"), py::arg("cand_idx"), py::arg("queries"), py::arg("q_stride"), py::arg("out_key"),
         py::arg("out_idx"), py::arg("out_score"), py::arg("out_index"), py::arg("nq"), py::arg("d"), py::arg("k"),
         py::arg("num_lists"), py::arg("list_len") = 0, py::arg("list_stride") = 0, py::arg("query_stride") = 0,
-        py::arg("implicit_index") = false, py::arg("filter_state") = 0,
+        py::arg("implicit_index") = false, py::arg("filtered_rows") = false,
         "MergeParams bytes (pass to ArgPack.raw(bytes, 8)); 0 skips an output pair. list_len > 0: lists of a dense "
-        "score matrix at the given strides (elements). filter_state: the select after a MERGE=6 search.");
+        "score matrix at the given strides (elements). filtered_rows: the select after a MERGE=6 search (num_lists "
+        "segments of list_len entries per query, then their counts).");
 
     // Gram
     s.def("gram_param_names", &sl::gram_param_names);

@@ -272,7 +272,7 @@ int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const st
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
-                      int tiles_per_split, int list_offset, long long dense_ld, unsigned long long filter_state) {
+                      int tiles_per_split, int list_offset, long long dense_ld) {
     const TopkConfig c = topk_validate(config, dtype, 0);
     const bool no_lists = !tunelab::sim::topk_keeps_lists(c.merge);
     const bool filtered = tunelab::sim::topk_filtered(c.merge);
@@ -289,25 +289,27 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
         throw InputError("row strides (queries " + std::to_string(q_stride) + ", corpus " + std::to_string(c_stride) +
                          " elements) must be >= d=" + std::to_string(d));
     if (no_lists) {  // MERGE=5: cand_key is the [nq][dense_ld] key matrix (chunk-local columns), cand_idx unused;
-                     // MERGE=6: cand_key / cand_idx are [nq][dense_ld] candidate rows, filter_state
-                     // kFilterStride words a query
+                     // MERGE=6: cand_key / cand_idx are [nq][dense_ld] candidate rows (a segment per split, then
+                     // the segments' counts in cand_idx)
         const std::string m = "MERGE=" + std::to_string(c.merge);
         null_check({{"queries", queries}, {"corpus", corpus}, {"cand_key (the key matrix)", cand_key}});
-        if (filtered)
-            null_check({{"cand_idx (the candidate rows)", cand_idx}, {"filter_state (the bars and counts)", filter_state}});
+        if (filtered) null_check({{"cand_idx (the candidate rows)", cand_idx}});
         constexpr int align = tunelab::sim::kDenseLdAlign;
-        if (dense_ld < n || dense_ld % align != 0 || dense_ld > INT_MAX)
-            throw InputError(m + ": the key matrix's row stride dense_ld=" + std::to_string(dense_ld) +
-                             " must be a multiple of " + std::to_string(align) + " floats, at least n=" +
-                             std::to_string(n) +
-                             " (16-byte rows for the select kernel's copies): allocate the matrix with "
-                             "CompiledSearch.candidate_buffers(), whose rows are dense_ld(n) floats");
+        // MERGE=6: the launch's splits, as topk_plan() makes them (the grid's y)
+        const long long cl = c.cluster, tps = std::max(1, tiles_per_split);
+        const long long splits = ((num_tiles + tps - 1) / tps + cl - 1) / cl * cl;
+        const long long need = filtered ? tunelab::sim::topk_filter_ld(splits, tps * c.block_n) : n;
+        if (dense_ld < need || dense_ld % align != 0 || dense_ld > INT_MAX)
+            throw InputError(m + ": the " + (filtered ? "candidate rows'" : "key matrix's") + " row stride dense_ld=" +
+                             std::to_string(dense_ld) + " must be a multiple of " + std::to_string(align) +
+                             " floats, at least " + std::to_string(need) + " (16-byte rows for the select kernel's "
+                             "copies" + (filtered ? "; " + std::to_string(splits) + " segments of " +
+                                                         std::to_string(tps * c.block_n) + " rows and their counts"
+                                                   : std::string()) +
+                             ") and at most 2^31-1: allocate the rows with CompiledSearch.candidate_buffers()");
         if (cand_key % 16)
             throw InputError(m + ": the key matrix must be 16-byte aligned (it is at byte " +
                              std::to_string(cand_key % 16) + " of 16)");
-        if (filter_state % 4)
-            throw InputError(m + ": filter_state must be 4-byte aligned (it is at byte " +
-                             std::to_string(filter_state % 4) + " of 4): pass an int32 tensor");
         if (index_base != 0 || list_offset != 0)
             throw InputError(m + " writes one corpus's keys (index_base=" + std::to_string(index_base) +
                              ", list_offset=" + std::to_string(list_offset) + " must be 0): streamed corpora take "
@@ -347,7 +349,6 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
     p.corpus = reinterpret_cast<const void*>(corpus);
     p.cand_key = reinterpret_cast<float*>(cand_key);
     p.cand_idx = reinterpret_cast<int*>(cand_idx);
-    p.filter_state = filtered ? reinterpret_cast<unsigned*>(filter_state) : nullptr;
     p.q_stride = q_stride;
     p.c_stride = c_stride;
     p.index_base = index_base;
@@ -419,7 +420,7 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
                        long long q_stride, unsigned long long out_key, unsigned long long out_idx,
                        unsigned long long out_score, unsigned long long out_index, long long nq, long long d,
                        long long k, long long num_lists, long long list_len, long long list_stride,
-                       long long query_stride, bool implicit_index, unsigned long long filter_state) {
+                       long long query_stride, bool implicit_index, bool filtered_rows) {
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
     if (k < 1 || k > INT_MAX / 8)
         throw InputError("k=" + std::to_string(k) + " must be in 1.." + std::to_string(INT_MAX / 8));
@@ -439,11 +440,18 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
         throw InputError("merge outputs come in pairs: (key, idx) and (score, index)");
     null_check({{"cand_key", cand_key}});
     if (!implicit_index) null_check({{"cand_idx", cand_idx}});
-    if (filter_state && (implicit_index || num_lists != 1 || filter_state % 4))
-        throw InputError("filter_state (the candidate rows of a MERGE=6 search) goes with one row of explicit indices "
-                         "per query (num_lists=1, cand_idx given) and 4-byte alignment; got num_lists=" +
-                         std::to_string(num_lists) + (implicit_index ? ", implicit indices" : "") + ", byte " +
-                         std::to_string(filter_state % 4) + " of 4");
+    if (filtered_rows) {  // the select after a MERGE=6 search: num_lists segments of list_len entries, their counts
+        if (implicit_index)
+            throw InputError("filtered_rows (the candidate rows of a MERGE=6 search) have explicit indices: pass "
+                             "cand_idx and implicit_index=False");
+        const long long need = tunelab::sim::topk_filter_ld(num_lists, list_len);
+        if (query_stride < need || num_lists > tunelab::sim::kSelectWindow)
+            throw InputError("filtered_rows: query_stride=" + std::to_string(query_stride) + " must be at least " +
+                             std::to_string(need) + " (" + std::to_string(num_lists) + " segments of " +
+                             std::to_string(list_len) + " entries, then their counts), and num_lists at most " +
+                             std::to_string(tunelab::sim::kSelectWindow) + " (the counts the select kernel holds); "
+                             "allocate the rows with CompiledSearch.candidate_buffers()");
+    }
     tunelab::sim::MergeParams p{};
     p.cand_key = reinterpret_cast<const float*>(cand_key);
     p.cand_idx = reinterpret_cast<const int*>(cand_idx);
@@ -452,7 +460,6 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
     p.out_idx = reinterpret_cast<int*>(out_idx);
     p.out_score = reinterpret_cast<float*>(out_score);
     p.out_index = reinterpret_cast<long long*>(out_index);
-    p.filter_state = reinterpret_cast<unsigned*>(filter_state);
     p.q_stride = q_stride;
     p.nq = static_cast<int>(nq);
     p.d = static_cast<int>(d);

@@ -59,13 +59,12 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
 // SearchParams bytes. Checks sizes against int32, alignment of pointers/strides/d for the config's VEC. MERGE=5
 // (dense): cand_key is the [nq][dense_ld] key matrix (16-byte aligned, dense_ld a multiple of kDenseLdAlign,
 // >= n), cand_idx is not read, index_base and list_offset are 0. MERGE=6 (filtered): the same, and cand_idx is the
-// [nq][dense_ld] int32 candidate rows next to cand_key's keys, filter_state the bars and counts (kFilterStride
-// words a query, all zeros when the search starts: params.cuh topk_filtered()).
+// [nq][dense_ld] int32 candidate rows next to cand_key's keys, dense_ld >= topk_filter_ld(splits, rows per split)
+// (a segment per split, then the segments' counts: params.cuh topk_filtered()).
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
-                      int tiles_per_split, int list_offset, long long dense_ld = 0,
-                      unsigned long long filter_state = 0);
+                      int tiles_per_split, int list_offset, long long dense_ld = 0);
 
 // Largest copy width in bytes (16, 8 or 4) that the pointers, row strides (elements) and d allow; 0 if none.
 int max_vec(int dtype, const std::vector<unsigned long long>& pointers, const std::vector<long long>& strides,
@@ -81,14 +80,14 @@ long long merge_smem_bytes(int kind, int k);
 std::string merge_name_expression(int dtype, int metric, int kind);
 // MergeParams bytes. list_len <= 0 means the search's candidate lists ([list][nq][k]: list_len = k,
 // list_stride = nq * k, query_stride = k); otherwise lists of list_len entries at the given strides (a dense
-// score matrix), with implicit indices when implicit_index (cand_idx may then be 0). filter_state: the select
-// kernel after a MERGE=6 search (one row of explicit indices per query, its length the query's count there).
+// score matrix), with implicit indices when implicit_index (cand_idx may then be 0). filtered_rows: the select
+// kernel after a MERGE=6 search (per query num_lists segments of list_len entries with explicit indices, then
+// their counts in cand_idx: query_stride >= topk_filter_ld(num_lists, list_len)).
 std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx, unsigned long long queries,
                        long long q_stride, unsigned long long out_key, unsigned long long out_idx,
                        unsigned long long out_score, unsigned long long out_index, long long nq, long long d,
                        long long k, long long num_lists, long long list_len = 0, long long list_stride = 0,
-                       long long query_stride = 0, bool implicit_index = false,
-                       unsigned long long filter_state = 0);
+                       long long query_stride = 0, bool implicit_index = false, bool filtered_rows = false);
 
 // ------------------------------------------------------------------------------------------------ Gram
 const std::vector<std::string>& gram_param_names();

@@ -50,16 +50,17 @@ TOPK_CONFIGS = [
     (2, 1, 64, 16, 32, 2, 2, 3, 4, 5, 128, 1),        # fp32 cosine, 4-byte copies (odd d)
     # fp32 with more than 112 accumulator and norm registers a thread: the cvt tf32 split (WarpMma::kCvtSplit)
     (2, 1, 128, 64, 32, 2, 1, 2, 16, 2, 128, 1),      # fp32 cosine, 64 x 64 warp tiles: 128 accumulators
-    # filtered (MERGE=6): the keys that reach the global bars (first-tile bounds) to the candidate rows, then the
-    # select kernel over them (one-corpus scenarios, k <= 32)
+    # filtered (MERGE=6): the keys that reach their block's bar (first-tile bounds) to the split's segment of the
+    # candidate rows, then the select kernel over them (one-corpus scenarios, k <= 32)
     (0, 0, 64, 16, 32, 2, 2, 3, 16, 6, 128, 1),       # fp16 ip, mma.sync: 16 holders per column (no bound for k > 16)
     (1, 2, 128, 24, 64, 8, 1, 3, 16, 6, 128, 1, 1),   # bf16 l2, wgmma, 64 holders: a lane offers two holders' maxima
     (2, 1, 128, 32, 32, 4, 2, 2, 16, 6, 64, 1),       # fp32 cosine, the fp32 dense default's warps: 32 holders
+    (0, 2, 64, 40, 32, 4, 1, 3, 16, 6, 64, 1),        # fp16 l2, 32 holders: one thread selects a column's bound
 ]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
 #: the first two thread-list ones, the per-thread bound selection, two dense ones, the cvt tf32 split (19: the
-#: Veltkamp split runs in 3) and two filtered ones
-QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21]
+#: Veltkamp split runs in 3) and three filtered ones (the last: its per-thread bound selection, k up to 32)
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [

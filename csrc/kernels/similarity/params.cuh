@@ -33,7 +33,6 @@ struct alignas(64) SearchParams {
   const void* corpus;    // [n][d], row stride c_stride elements
   float* cand_key;
   int* cand_idx;
-  unsigned* filter_state;  // MERGE=6: query q's bar and count at words q * kFilterStride + 0, 1 (topk_filtered())
   long long q_stride;
   long long c_stride;
   long long index_base;  // added to corpus row numbers (chunked / streamed corpora); result must fit in int32
@@ -54,9 +53,10 @@ struct alignas(64) SearchParams {
 // implicit_index the index of an entry is l * list_len + rank and cand_idx is not read. out_key/out_idx receive
 // the internal form ([nq][k], may alias list 0 of the input: the running list of a streamed search);
 // out_score/out_index the user-facing form (metric applied: ip and cosine scores descending, squared L2
-// distances ascending). Null pointers are skipped. filter_state (the select kernel after a MERGE=6 search; else
-// null): row q holds min(count[q], list_len) entries with explicit indices (cand_idx at the same places), and the
-// kernel resets the query's bar and count to 0 for the next search (topk_filtered()).
+// distances ascending). Null pointers are skipped. The select kernel (kMergeSelect) reads one row per query:
+// with implicit_index the row of a MERGE=5 dense key matrix (list_len = N entries); without, the row of a MERGE=6
+// search's candidates: num_lists segments of list_len entries (one per split), segment l holding its count, read
+// from cand_idx at offset num_lists * list_len + l, of entries from its start (topk_filtered()).
 struct MergeParams {
   const float* cand_key;
   const int* cand_idx;
@@ -65,7 +65,6 @@ struct MergeParams {
   int* out_idx;
   float* out_score;
   long long* out_index;
-  unsigned* filter_state;
   long long q_stride;    // elements between query rows (of `queries`)
   long long list_stride;
   long long query_stride;
@@ -109,30 +108,25 @@ TUNELAB_SIM_HD constexpr int thread_list_capacity(int merge) { return merge == 3
 TUNELAB_SIM_HD constexpr bool topk_thread_lists(int merge) { return merge == 3 || merge == 4; }
 constexpr int kMergeDense = 5;
 TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDense; }
-// 6 (filtered) keeps none either, and writes only the keys that can still be in the answer: each query has a bar in
-// global memory (word q * kFilterStride of filter_state, the float's order-preserving bits, order_key() in topk.cuh;
-// 0: none yet), raised by atomic max with the bound of every tile group's first tile (the k-th largest of its
-// holders' maxima: k keys of that tile are at least as large), and every key at least max(bar, the group's own
-// bound) is appended with its row to the query's row of cand_key / cand_idx (its count in the word after the bar). Each query's words have a 128-byte line of their own: with the 100 counts of
-// nq = 100 in four lines their atomics queued on a few L2 slices, and the search took 82 us where the dense one
-// takes 49 (H100, 50K rows).
-// A key below a bar that some group published is beaten by k appended keys (those of the largest value published
-// when that group read its bar: TopkBlock::filter_bound_pass()), so the candidates hold the top k, ties included; a row of dense_ld >= n entries never overflows (each corpus row is appended once
-// per query at most). The select kernel takes each row's k best and resets the bar and count to 0: filter_state
-// must be all zeros when a search starts (allocated zeroed, and the select after every search leaves it so).
+// 6 (filtered) keeps none either, and writes only the keys that can still be in the answer. Split s of the grid
+// owns segment s of each query's candidate row (entries [s R, s R + R), R = tiles_per_split * BLOCK_N rows: room
+// for every row of the split) and appends there every key of its tiles that reaches its block's bar for the query,
+// with the key's row; the count of segment s goes to the row's cand_idx at offset splits * R + s
+// (topk_filter_ld()). The bar: each tile group's first tile bounds each query column by the k-th largest of its
+// holders' maxima (k keys of that tile are at least as large, and that group appends them), and every tile
+// filters by the larger of its block's two groups' bounds (TopkBlock::filter_bound_pass() says why the answer
+// stays exact, ties included). No state outlives the launch: the select kernel reads the counts the search wrote.
 constexpr int kMergeFiltered = 6;
-constexpr int kFilterStride = 32;  // words of filter_state per query: its bar, its count, padding
 TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeFiltered; }
 // MERGE 5 and 6: no running top-k in the search (the select kernel after it takes the k best).
 TUNELAB_SIM_HD constexpr bool topk_keeps_lists(int merge) { return merge <= 4; }
 // Accumulator holders of one query column in a tile group (the bound passes of MERGE 3, 4 and 6): 8 lanes of every
 // warp row of the group.
 TUNELAB_SIM_HD constexpr int topk_column_holders(int group_warps, int warps_q) { return 8 * group_warps / warps_q; }
-// MERGE=6: words per query column in the group's filter region: its holders' maxima, its bound, the bar of the
-// group's current tile in two slots by the tile's parity, the tile's count of passing keys and their first slot in
-// the candidate row, and 3 words of padding (rows of whole 16-byte units).
+// MERGE=6: words per query column in the group's filter region: its holders' maxima, its bound, the block's count
+// of the column's appended keys (group 0's region), and 2 words of padding (rows of whole 16-byte units).
 TUNELAB_SIM_HD constexpr int topk_filter_pitch(int group_warps, int warps_q) {
-  return topk_column_holders(group_warps, warps_q) + 8;
+  return topk_column_holders(group_warps, warps_q) + 4;
 }
 // Row stride (floats) of MERGE=5's dense key matrix over n rows: n rounded up to a multiple of kDenseLdAlign, so that
 // every row is 16-byte aligned for the select kernel's copies. The launcher's check, the op's allocation
@@ -140,6 +134,11 @@ TUNELAB_SIM_HD constexpr int topk_filter_pitch(int group_warps, int warps_q) {
 constexpr int kDenseLdAlign = 4;
 TUNELAB_SIM_HD constexpr long long topk_dense_ld(long long n) {
   return (n + kDenseLdAlign - 1) / kDenseLdAlign * kDenseLdAlign;
+}
+// Row stride of MERGE=6's candidate rows (cand_key and cand_idx) for `splits` segments of `seg_rows` entries:
+// the segments, then (in cand_idx) their counts, rounded up like topk_dense_ld().
+TUNELAB_SIM_HD constexpr long long topk_filter_ld(long long splits, long long seg_rows) {
+  return topk_dense_ld(splits * seg_rows + splits);
 }
 // Threads per query column with thread lists: threads / BLOCK_Q rounded down to a power of two, at most 4.
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
@@ -204,8 +203,8 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
 //                         implicit indices) with k <= 32: a block of kSelectThreads threads bounds the row by its
 //                         threads' maxima and ranks the few entries that reach the bound (similarity_select,
 //                         select.cuh). merge_kind() never picks it: the dense search's caller asks for it. After a
-//                         MERGE=6 search (MergeParams::filter_state) a row is the query's appended candidates, with
-//                         explicit indices.
+//                         MERGE=6 search (implicit_index 0) a row is the query's segments of appended candidates,
+//                         with explicit indices.
 enum : int {
   kMergeLists16 = 0,
   kMergeLists32 = 1,

@@ -22,16 +22,6 @@ __device__ __forceinline__ void sts(T* p, T v) {
 }
 // Shared-memory atomic add; returns the old value (the candidate queues' slot counts).
 __device__ __forceinline__ int atomic_add_shared(int* p, int v) { return atomicAdd(p, v); }
-// Global-memory word accesses of the filtered search's bars and counts (MERGE=6): a relaxed load (any value a
-// block published is a valid bar; the read need not be ordered with anything), an atomic max and an atomic add
-// (returns the old value).
-__device__ __forceinline__ unsigned ld_relaxed_global(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void atomic_max_global(unsigned* p, unsigned v) { atomicMax(p, v); }
-__device__ __forceinline__ int atomic_add_global(int* p, int v) { return atomicAdd(p, v); }
 // 16-byte shared load of four consecutive floats (p 16-byte aligned).
 __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 

@@ -21,9 +21,11 @@
 //      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
 //      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
 //
-// After a MERGE=6 search (p.filter_state set) a row is the query's appended candidates: count[q] entries (at most
-// list_len), in no order, their indices in cand_idx at the same places; the kernel then resets the query's bar and
-// count to 0, which the next search over the same filter_state needs.
+// After a MERGE=6 search (implicit_index 0) a row is the query's appended candidates: num_lists segments of list_len
+// entries (one per split of the search), segment l holding the count at cand_idx[num_lists * list_len + l] of
+// entries from its start, in no order, their indices in cand_idx at the same places (params.cuh topk_filtered()).
+// Step 1 then reads the counts into the window's place and walks the segments, T / segments threads to each (8
+// loads in flight per thread), and step 3 walks them again; the rest is the same.
 //
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
@@ -48,6 +50,25 @@ __device__ __forceinline__ float warp_sort_desc(float x, int lane) {
   return x;
 }
 
+// After a filtered search: every candidate's key x and place e in the row to f(x, e), segment by segment (the counts
+// in shared memory at seg_count), tps threads of T to a segment, 8 loads in flight per thread.
+template <int T, class F>
+__device__ __forceinline__ void select_each_candidate(const float* row, const int* seg_count, int segs, int seg_len,
+                                                      int tps, int tid, F&& f) {
+  constexpr int G = 8;
+  for (int s = tid / tps; s < segs; s += T / tps) {
+    const int c = lds(seg_count + s), e0 = s * seg_len;
+    for (int o = tid % tps; o < c; o += G * tps) {
+      float v[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) v[g] = o + g * tps < c ? row[e0 + o + g * tps] : 0.f;
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+        if (o + g * tps < c) f(v[g], e0 + o + g * tps);
+    }
+  }
+}
+
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid_constant__ MergeParams p) {
   constexpr int T = kSelectThreads, WARPS = T / 32, CAP = kSelectCap;
@@ -65,17 +86,23 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   pdl_wait_prior_grid();  // a programmatic launch after the search: its key matrix is complete from here on
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
-  const bool filtered = p.filter_state != nullptr;
-  int n = p.list_len;
-  if (filtered) {
-    const int c = static_cast<int>(p.filter_state[static_cast<long long>(q) * kFilterStride + 1]);
-    n = c < n ? c : n;
-  }
+  const bool filtered = !p.implicit_index;
+  const int segs = filtered ? p.num_lists : 0, seg_len = p.list_len;  // (filtered)
+  const int n = filtered ? 0 : p.list_len;  // the dense row's entries (the loops over it do nothing when filtered)
   const int k = p.k;
   const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
   const int* row_idx = p.cand_idx + static_cast<long long>(q) * p.query_stride;  // (filtered only)
   // the index of row entry e: its place, or after a filtered search the row it was appended from
   auto index_of = [&](int e) { return filtered ? row_idx[e] : e; };
+  int* seg_count = reinterpret_cast<int*>(win);  // filtered: the segments' counts (the window is not used)
+  const int tps = segs >= T || segs == 0 ? 1 : T / segs;
+  if (filtered) {
+    for (int s = tid; s < segs; s += T) {
+      const int c = row_idx[segs * seg_len + s];
+      sts(seg_count + s, c < 0 ? 0 : c < seg_len ? c : seg_len);
+    }
+    __syncthreads();
+  }
   const bool aligned = (reinterpret_cast<unsigned long long>(row) & 15) == 0;
   const int all_chunks = aligned ? n / 4 : 0;  // 16-byte chunks of the row
   const int chunks = all_chunks < kSelectWindow / 4 ? all_chunks : kSelectWindow / 4;  // those in the window
@@ -96,6 +123,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
   }
   for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
+  select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, [&](float x, int) { m = fmaxf(m, x); });
   cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
   for (int c = tid; c < chunks; c += T) {
     const float4 v = lds4(win + 4 * c);
@@ -128,11 +156,6 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   }
   stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
-  if (filtered && tid == 0) {  // every thread has read the count: ready the query's state for the next search
-    p.filter_state[static_cast<long long>(q) * kFilterStride] = 0u;
-    p.filter_state[static_cast<long long>(q) * kFilterStride + 1] = 0u;
-  }
-
   // 3. queue every entry at least as good as the bar; if too many did, raise the bar and queue again
   int m_count;
   for (;;) {
@@ -166,13 +189,14 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       for (int g = 0; g < G; ++g)
         if (c0 + g * T < all_chunks) offer4(v[g], 4 * (c0 + g * T));
     }
-    for (int e = mine ? rest + tid : n; e < n; e += T) {
-      const float x = row[e];
+    auto offer = [&](float x, int e) {
       if (passes(x, e)) {
         const int slot = atomic_add_shared(count, 1);
         if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, index_of(e));
       }
-    }
+    };
+    for (int e = mine ? rest + tid : n; e < n; e += T) offer(row[e], e);
+    if (mine) select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, offer);
     __syncthreads();
     m_count = lds(count);
     if (m_count <= CAP) break;

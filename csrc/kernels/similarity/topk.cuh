@@ -135,6 +135,40 @@ __device__ __forceinline__ void lane_bitonic_clean_desc(float (&v)[N]) {
     }
   }
 }
+// The k-th largest (1 <= k <= 32) of the 32 values at m (16-byte aligned, none NaN), selected by one thread in
+// registers: the 16 largest by sorting both halves and cleaning the larger of a[i] and b[15 - i] (a bitonic
+// sequence holding the 16 largest), ~400 min/max operations against ~670 for offering the second half one by one
+// to the sorted first; then the smallest of the first k (selecting v[k - 1] by index made ptxas put v in local
+// memory, 16 LDL per thread). kUpTo32: k may pass 16, and then the same selection over the negated values gives
+// the (33 - k)-th smallest, which is the k-th largest.
+template <bool kUpTo32>
+__device__ __forceinline__ float lane_kth_largest_of_32(const float* m, int k) {
+  const bool low = kUpTo32 && k > 16;
+  const float s = low ? -1.f : 1.f;
+  const int j = low ? 33 - k : k;
+  float v[16], w[16];
+#pragma unroll
+  for (int i = 0; i < 16; i += 4) {
+    const float4 x = lds4(m + i), y = lds4(m + 16 + i);
+    v[i] = s * x.x;
+    v[i + 1] = s * x.y;
+    v[i + 2] = s * x.z;
+    v[i + 3] = s * x.w;
+    w[i] = s * y.x;
+    w[i + 1] = s * y.y;
+    w[i + 2] = s * y.z;
+    w[i + 3] = s * y.w;
+  }
+  lane_sort_desc<16>(v);
+  lane_sort_desc<16>(w);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = fmaxf(v[i], w[15 - i]);
+  lane_bitonic_clean_desc<16>(v);
+  float b = v[0];
+#pragma unroll
+  for (int i = 1; i < 16; ++i) b = i < j ? fminf(b, v[i]) : b;
+  return s * b;
+}
 __device__ __forceinline__ float warp_kth_largest(float x, int k, int lane) {
   float v[1] = {x};
   warp_kth_largest_n<1>(v, k, lane);
@@ -869,33 +903,7 @@ struct TopkBlock {
     const int c = (gtid >> 5) * 32 + lane;
     const bool need = c < BQ && q0 + c < p.nq && list_bar(c, false) == -f32_inf();
     if (ballot(need) != 0) {
-      const float* m = scores + (c < BQ ? c : BQ - 1) * SP;
-      // The 16 largest of the 32 maxima: both halves sorted, then the larger of a[i] and b[15 - i] (a bitonic
-      // sequence holding the 16 largest), cleaned: ~400 min/max operations, against ~670 for offering the second
-      // half one by one to the sorted first.
-      float v[16], w[16];
-#pragma unroll
-      for (int j = 0; j < 16; j += 4) {
-        const float4 x = lds4(m + j), y = lds4(m + 16 + j);
-        v[j] = x.x;
-        v[j + 1] = x.y;
-        v[j + 2] = x.z;
-        v[j + 3] = x.w;
-        w[j] = y.x;
-        w[j + 1] = y.y;
-        w[j + 2] = y.z;
-        w[j + 3] = y.w;
-      }
-      lane_sort_desc<16>(v);
-      lane_sort_desc<16>(w);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = fmaxf(v[i], w[15 - i]);
-      lane_bitonic_clean_desc<16>(v);
-      // the k-th largest (k <= 16), as the smallest of the first k: selecting v[k - 1] by index made ptxas put v
-      // in local memory (16 LDL per thread)
-      float b = v[0];
-#pragma unroll
-      for (int i = 1; i < 16; ++i) b = i < p.k ? fminf(b, v[i]) : b;
+      const float b = lane_kth_largest_of_32<false>(scores + (c < BQ ? c : BQ - 1) * SP, p.k);
       if (need) sts(column_bound(c), b);
     }
   }
@@ -1162,93 +1170,74 @@ struct TopkBlock {
     }
   }
 
-  // MERGE=6 (filtered; params.cuh topk_filtered()): query q's bar in filter_state (its count is the next word).
-  __device__ __forceinline__ unsigned* filter_word(int q) const {
-    return p.filter_state + static_cast<long long>(q) * kFilterStride;
-  }
-  // MERGE=6: the group's filter region holds per query column its holders' maxima (first tile only) and then its
-  // bound, -inf until the group's bound pass sets it.
+  // MERGE=6 (filtered; params.cuh topk_filtered()): the group's filter region holds per query column its holders'
+  // maxima (first tile only), its bound (-inf until the group's bound pass sets it) and, in group 0's region, the
+  // block's count of the column's appended keys.
   __device__ __forceinline__ float* filter_maxima(int c) const { return scores + c * Tr::kFilterPitch; }
   __device__ __forceinline__ float* filter_bound(int c) const { return scores + c * Tr::kFilterPitch + HOLDERS; }
-  // A bar as filter_state holds it: the float's bits mapped so that unsigned order is float order (every non-NaN
-  // float maps above 0, which stands for "no bar yet").
-  static __device__ __forceinline__ unsigned order_key(float f) {
-    const unsigned u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  // Ping-pong: the other tile group's bound for column c (its filter region is the neighbouring one).
+  __device__ __forceinline__ float* filter_other_bound(int c) const {
+    return filter_bound(c) + (grp == 0 ? 1 : -1) * (Tr::kScoreBytes / 4);
   }
-  static __device__ __forceinline__ float unorder_key(unsigned o) {
-    if (o == 0u) return -f32_inf();
-    return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+  __device__ __forceinline__ int* filter_count(int c) const {
+    return reinterpret_cast<int*>(scores - grp * (Tr::kScoreBytes / 4) + c * Tr::kFilterPitch + HOLDERS + 1);
   }
+  // With 32 holders (a warpgroup's tile) one thread selects a column's bound from its 32 maxima in registers
+  // (lane_kth_largest_of_32, k <= 32), as the thread lists' kLaneBounds; else the warps' shuffle selections.
+  static constexpr bool kFilterLaneBounds = Tr::kFiltered && HOLDERS == 32 && NT <= 13 && MT <= 2 &&
+                                            Tr::kMetric != kCosine && BQ <= 32 * Tr::kGroupWarps;
 
   // MERGE=6, a tile group's first tile: each holder of a column's accumulators offers the largest of its keys, and
   // the k-th largest of those maxima bounds the column's answer (as in bound_pass(): k holders supply k distinct
-  // keys at least as large). The bound goes to the column's filter region and, by atomic max, to the query's bar in
-  // global memory, where every other group of the grid filters by it. Why the answer stays exact: the group filters
-  // its tile by max(this bound, the bar it reads); if the bound is the larger, its k keys reach it and are appended;
-  // if the bar is, the bound's keys may be dropped, but that bar is the largest value some group had published
-  // then, and by the same argument k keys at least as large as it reached the candidates. Fewer than k holders with
-  // a real key leave -inf (no bound); the launcher takes k <= 32 with MERGE=6.
+  // keys at least as large). Every tile of the block then filters by the larger of its two groups' bounds (the
+  // other group's as this group reads it: -inf until that group sets it once). Why the answer stays exact: a group
+  // sets its bound before it reads the other's, so the group whose bound is the larger reads the other's as it is
+  // or -inf and filters its first tile by its own bound, appending the k keys that back it; the smaller bound is
+  // backed by the same k keys. A key below a bound some group set is beaten by k appended keys (ties included:
+  // they are at least as large, and a key equal to the bar passes), so no key of the answer is dropped. Fewer
+  // than k holders with a real key leave -inf (no bound); the launcher takes k <= 32 with MERGE=6.
   __device__ __forceinline__ void filter_bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
                                                     const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
-    select_bounds_shuffles(
-        Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; },
-        [&](int c, float bound) {
-          sts(filter_bound(c), bound);
-          if (bound > -f32_inf()) atomic_max_global(filter_word(q0 + c), order_key(bound));
-        });
+    if constexpr (kFilterLaneBounds) {
+      const int c = (gtid >> 5) * 32 + lane;  // warp w of the group selects columns 32 w .. 32 w + 31
+      const bool live = c < BQ && q0 + c < p.nq;
+      if (ballot(live) != 0) {
+        const float b = lane_kth_largest_of_32<true>(filter_maxima(live ? c : 0), p.k);
+        if (live) sts(filter_bound(c), b);
+      }
+    } else {
+      select_bounds_shuffles(
+          Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; }, [&](int c, float b) { sts(filter_bound(c), b); });
+    }
     block_sync();  // every warp of the group filters by the bounds
   }
 
-  // MERGE=6: the bar of column c that a tile of parity `par` (the group's turn & 1) filters by, staged in the filter
-  // region once per tile (two slots: a slow warp may still read one tile's while the next tile's is written).
-  __device__ __forceinline__ float* filter_tile_bar(int c, int par) const {
-    return scores + c * Tr::kFilterPitch + HOLDERS + 1 + par;
-  }
-
-  // MERGE=6: column c's count of passing keys in the group's tile, and their first slot in the candidate row.
-  __device__ __forceinline__ int* filter_tile_count(int c) const {
-    return reinterpret_cast<int*>(scores + c * Tr::kFilterPitch + HOLDERS + 3);
-  }
-  __device__ __forceinline__ int* filter_tile_base(int c) const { return filter_tile_count(c) + 1; }
-  // The bar of column gtid loaded at the end of the previous epilogue (the main loop between hides its L2 round
-  // trip; any value some group published is a valid bar), when one thread per column suffices (BQ <= group threads).
-  static constexpr bool kPrefetchBar = BQ <= Tr::kGroupThreads;
-  unsigned next_bar = 0u;
-
-  // MERGE=6: every key of the tile that reaches max(its query's bar, this group's bound) is appended with its row
-  // to the query's candidate row. (1) One thread per column stages the column's bar and clears its count. (2) Each
-  // thread counts its passing keys per column and takes their places among the group's with one shared atomic. (3)
-  // One thread per column reserves the group's slots with one global atomic. (4) Each thread stores its keys there.
-  // No warp collective and no branch between columns: keys of rows past n and NaN keys never pass, padding query
-  // columns have no row. Measured forms, at nq = 100 on an H100 (similarity_probe.py --variants filtered --trace,
-  // ncu's source counters): the 8 holders of a column in a warp summing their keys by shuffles in every column and
-  // reserving per warp took 20-22 us for a group's first tile and 13 for later ones (the dense search's stores
-  // take well under 1); keys staged in shared memory and copied out by one thread per column 16 and 8, with 15% of
-  // the warps' stall samples on instruction-cache misses in its unrolled code.
+  // MERGE=6: every key of the tile that reaches its column's bar (the larger of the block's two bounds) is appended
+  // with its row to the split's segment of the query's candidate row (params.cuh topk_filtered()): each thread
+  // counts its passing keys per column and takes their places with one shared atomic on the block's count, then
+  // stores them there. No barrier, no warp collective, no global atomic, no branch between columns: keys of rows
+  // past n and NaN keys never pass, padding query columns have no row. A thread keeps its pass flags between its two
+  // walks (the other group may set its bound in between). Measured forms, at nq = 100 on an H100
+  // (similarity_probe.py --variants filtered --trace, ncu's source counters), all with bars in global memory that
+  // every group's first-tile bound raised by atomic max, and a global atomic per column and tile reserving the
+  // group's slots in one row per query: the 8 holders of a column in a warp summing their keys by shuffles in
+  // every column took 20-22 us for a group's first tile and 13 for later ones (the dense search's stores take well
+  // under 1); keys staged in shared memory and copied out by one thread per column 16 and 8, with 15% of the warps'
+  // stall samples on instruction-cache misses in its unrolled code; one shared atomic per thread and column, one
+  // global one per column and shuffle-selected bounds 14.9 and 6.1. This form (block-local bars, segments, bounds
+  // selected per thread): 5.6 and 3.3; with the 8 holders of a column in a warp scanning their counts by shuffles
+  // and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0 and 5.9.
   __device__ __forceinline__ void filter_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
                                                   bool first) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
-    const int par = ((tile - static_cast<int>(blockIdx.y) * p.tiles_per_split) / Tr::kGroups) & 1;
-    for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
-      if (q0 + c < p.nq) {
-        // (a group's first tile loads it now, after its own bound went out: the bars the grid's first bounds raise
-        // let through half the keys that the group's own bound alone does)
-        const unsigned b = kPrefetchBar && !first ? next_bar
-                                                  : ld_relaxed_global(filter_word(q0 + c));
-        sts(filter_tile_bar(c, par), fmaxf(lds(filter_bound(c)), unorder_key(b)));
-      }
-      sts(filter_tile_count(c), 0);
-    }
-    block_sync();
-    const int id0 = static_cast<int>(p.index_base) + tile * BN;
-    // Two passes over the columns with no branch between them, so that their round trips overlap: first each
-    // column's places among the group's (one predicated shared atomic per column with a passing key), then, once one
-    // thread per column has reserved the group's slots, the stores.
+    constexpr int KEYS = 2 * MT;  // a thread's keys of one column
+    unsigned bits[(NT * 2 * KEYS + 31) / 32];
+#pragma unroll
+    for (int w = 0; w < (NT * 2 * KEYS + 31) / 32; ++w) bits[w] = 0u;
     int at[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -1256,55 +1245,54 @@ struct TopkBlock {
       for (int e = 0; e < 2; ++e) {
         const int col = query_col(nt, e, t);
         const bool live = q0 + col < p.nq;
-        const float bar = live ? lds(filter_tile_bar(col, par)) : f32_inf();
+        float bar = lds(filter_bound(col));
+        if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(col)));
         int cnt = 0;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) cnt += live && rt.valid[mt][h] && key_raw(mma, rt, mt, nt, h, e) >= bar;
-        at[nt][e] = cnt > 0 ? atomic_add_shared(filter_tile_count(col), cnt) : 0;
+          for (int h = 0; h < 2; ++h) {
+            const int b = (nt * 2 + e) * KEYS + 2 * mt + h;
+            const bool pass = live && rt.valid[mt][h] && key_raw(mma, rt, mt, nt, h, e) >= bar;
+            bits[b / 32] |= static_cast<unsigned>(pass) << (b % 32);
+            cnt += pass;
+          }
+        }
+        at[nt][e] = cnt > 0 ? atomic_add_shared(filter_count(col), cnt) : 0;
       }
     }
-    block_sync();
     trace_turn_event(2);  // (the diagnosis build: the tile's keys are counted)
-    for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
-      const int m = lds(filter_tile_count(c));
-      if (m > 0) sts(filter_tile_base(c), atomic_add_global(reinterpret_cast<int*>(filter_word(q0 + c) + 1), m));
-    }
-    block_sync();
+    const long long seg = static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
+    const int id0 = static_cast<int>(p.index_base) + tile * BN;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = query_col(nt, e, t);
-        const int q = q0 + col;
-        const bool live = q < p.nq;
-        const float bar = live ? lds(filter_tile_bar(col, par)) : f32_inf();
-        // (slot < dense_ld always holds after a zeroed state; the test keeps a search that runs again without its
-        // select, whose counts keep growing, inside the rows)
-        // (a column with no passing key in the tile has a stale base: nothing is stored with it)
-        const int base = live ? lds(filter_tile_base(col)) : 0;
-        const int room = p.dense_ld - base;
-        const long long row = static_cast<long long>(live ? q : 0) * p.dense_ld + base;
-        int a = at[nt][e];
+        const int q = q0 + col < p.nq ? q0 + col : 0;  // (a padding column has no passing key)
+        long long at_row = static_cast<long long>(q) * p.dense_ld + seg + at[nt][e];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float key = key_raw(mma, rt, mt, nt, h, e);
-            const bool pass = live && rt.valid[mt][h] && key >= bar;
-            if (pass && a < room) {
-              if constexpr (!kTrace) p.cand_key[row + a] = key;  // (the diagnosis build keeps its stamps there)
-              p.cand_idx[row + a] = id0 + row_of(mt, h, g);
+            const int b = (nt * 2 + e) * KEYS + 2 * mt + h;
+            if ((bits[b / 32] >> (b % 32)) & 1u) {
+              if constexpr (!kTrace) p.cand_key[at_row] = key_raw(mma, rt, mt, nt, h, e);  // (trace: its stamps)
+              p.cand_idx[at_row] = id0 + row_of(mt, h, g);
+              ++at_row;
             }
-            a += pass;
           }
         }
       }
     }
-    if constexpr (kPrefetchBar) {
-      if (gtid < BQ && q0 + gtid < p.nq) next_bar = ld_relaxed_global(filter_word(q0 + gtid));
-    }
+  }
+
+  // MERGE=6, after the block's last tile (every MMA warp past mma_warps_sync()): each query column's count of
+  // appended keys to the row's cand_idx after the segments (params.cuh topk_filter_ld()).
+  __device__ __forceinline__ void filter_write_counts() const {
+    const long long at = static_cast<long long>(gridDim.y) * p.tiles_per_split * BN + blockIdx.y;
+    for (int c = tid; c < BQ; c += Tr::kThreads)
+      if (q0 + c < p.nq) p.cand_idx[static_cast<long long>(q0 + c) * p.dense_ld + at] = lds(filter_count(c));
   }
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
@@ -1319,9 +1307,8 @@ struct TopkBlock {
     // reads the previous tile's norms, scores or queues, or clears hit flags or queue counts after this tile's
     // pre-check set them.
     // (MERGE=5 shares nothing in shared memory across tiles but the row norms of cosine and l2.)
-    // (MERGE=6 shares its bounds, which only its first tile writes, and its per-tile bars (two slots by the tile's
-    // parity), counts and bases, which each epilogue writes only after a barrier that every thread passes after
-    // its reads of the previous tile's: see filter_epilogue().)
+    // (MERGE=6 shares its bounds, which each group writes once, on its first tile, and the block's counts, which
+    // take shared atomics.)
     if constexpr (Tr::kTmaProducer && (!Tr::kNoLists || Tr::kNorms)) block_sync();
     if constexpr (Tr::kNorms) {
       if (warp_q == 0) {  // these warps cover every row of the tile once
@@ -1612,7 +1599,10 @@ struct TopkBlock {
         if constexpr (kBounds) sts(column_bound(c), -f32_inf());
       }
     } else if constexpr (Tr::kFiltered) {
-      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) sts(filter_bound(c), -f32_inf());  // this group's bounds
+      for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
+        sts(filter_bound(c), -f32_inf());  // this group's bounds
+        if (grp == 0) sts(filter_count(c), 0);  // and the block's counts
+      }
     } else if constexpr (!Tr::kDense) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
@@ -1732,6 +1722,10 @@ struct TopkBlock {
       }
     }
     if constexpr (!Tr::kTmaProducer) cp_async_wait<0>();
+    if constexpr (Tr::kFiltered) {  // the keys are written: their counts
+      mma_warps_sync();
+      filter_write_counts();
+    }
     if constexpr (Tr::kNoLists) {  // the keys are written; nothing else is
       if (tid == 0) trace(kTraceDone);
       return;

@@ -90,13 +90,10 @@ MERGE_SELECT = int(_S.MERGE_SELECT)
 #: The search's MERGE value that keeps no top-k and writes every key to a dense nq x N matrix (see
 #: :func:`default_config` for when it is chosen), and the largest k its select kernel takes.
 MERGE_DENSE = int(_S.MERGE_DENSE)
-#: The search's MERGE value that keeps no top-k either but writes only the keys that reach their query's bar (one
-#: float per query in global memory, raised by every tile group's first-tile bound), with their rows, to a candidate
-#: row per query; the select kernel takes each row's k best (params.cuh ``topk_filtered``). Its bars and counts live
-#: in :func:`filter_state`.
+#: The search's MERGE value that keeps no top-k either but writes only the keys that reach their query's bar in
+#: their block (the larger of its two tile groups' first-tile bounds), with their rows, to the split's segment of
+#: a candidate row per query; the select kernel takes each row's k best (params.cuh ``topk_filtered``).
 MERGE_FILTERED = int(_S.MERGE_FILTERED)
-#: int32 words of :func:`filter_state` per query (its bar and count on a 128-byte line of their own).
-FILTER_STRIDE = int(_S.FILTER_STRIDE)
 SELECT_MAX_K = int(_S.SELECT_MAX_K)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
@@ -157,6 +154,26 @@ def dense_ld(n: int) -> int:
     that every row is 16-byte aligned for the select kernel's copies (the launcher's rule, ``topk_dense_ld`` in
     ``params.cuh``)."""
     return int(_S.dense_ld(int(n)))
+
+
+def filter_rows(plan: Mapping[str, Any], config: Mapping[str, Any]) -> int:
+    """Entries of one split's segment in a ``MERGE=6`` candidate row: the split's corpus rows (tiles per split x
+    ``BLOCK_N``)."""
+    return int(plan["tiles_per_split"]) * int(config["BLOCK_N"])
+
+
+def filter_ld(plan: Mapping[str, Any], config: Mapping[str, Any]) -> int:
+    """Row stride (elements) of a ``MERGE=6`` search's candidate rows for the grid ``plan``: a segment of
+    :func:`filter_rows` entries per split, then (in the index rows) the segments' counts, rounded up to 4."""
+    return int(_S.filter_ld(int(plan["splits"]), filter_rows(plan, config)))
+
+
+def filter_counts(cand_idx, plan: Mapping[str, Any], config: Mapping[str, Any]):
+    """The candidates a ``MERGE=6`` search appended, per query and split: an [nq][splits] int32 view of the counts
+    in its index rows (``cand_idx`` of :meth:`CompiledSearch.candidate_buffers` for ``plan``), valid once the search
+    has run. Their sum over a row is what the select kernel reads for that query."""
+    at = int(plan["splits"]) * filter_rows(plan, config)
+    return cand_idx[:, at:at + int(plan["splits"])]
 
 
 def _few_query_mma_dense(vec: int = 16) -> dict[str, int]:
@@ -591,66 +608,63 @@ class CompiledSearch:
         """Whether the search keeps no top-k and the select kernel follows it (``MERGE`` 5 or 6)."""
         return self.dense or self.filtered
 
-    def _filter_state(self, queries, state):
-        """``state``, or for a ``MERGE=6`` search without one :func:`filter_state` of the current stream (None for
-        the other searches)."""
-        if self.filtered and state is None:
-            return filter_state(queries.device, queries.shape[0])
-        return state if self.filtered else None
-
     def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):
         """(cand_key, cand_idx) for one search launch: the splits' candidate lists, [splits][nq][k] float32 and
         int32; with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None; with ``MERGE=6``
-        the candidate rows, [nq][N rounded up to 4] float32 and int32 (a row never overflows)."""
+        the candidate rows, [nq][:func:`filter_ld`] float32 and int32 (a segment per split with room for its every
+        row, then the segments' counts)."""
         import torch
 
         if self.selects:
-            keys = torch.empty((nq, dense_ld(n)), dtype=torch.float32, device=device)
+            ld = filter_ld(plan, self.config) if self.filtered else dense_ld(n)
+            keys = torch.empty((nq, ld), dtype=torch.float32, device=device)
             return keys, torch.empty_like(keys, dtype=torch.int32) if self.filtered else None
         return (torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=device),
                 torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=device))
 
     def search_args(self, queries, corpus_ptr: int, c_stride: int, n: int, k: int, cand_key, cand_idx,
-                    index_base: int, list_offset: int, plan: dict, state=None):
+                    index_base: int, list_offset: int, plan: dict):
         """(grid, block, smem, ArgPack) of the search kernel (``MERGE=5``: ``cand_key`` is the dense key matrix of
-        :meth:`candidate_buffers` and ``cand_idx`` may be None; ``MERGE=6``: ``state`` is the bars and counts,
-        :func:`filter_state` of the current stream when None)."""
+        :meth:`candidate_buffers` and ``cand_idx`` may be None; ``MERGE=6``: both are its candidate rows)."""
         nq, d = queries.shape
-        state = self._filter_state(queries, state)
+        # the queries' device's context current in this thread: the tensor maps' encoding needs one, and a thread
+        # that has not yet launched through the core (a worker thread of the caller's) has none
+        _core.ensure_context(_device_index(queries))
         blob = _S.topk_pack(self.config, self.dtype_code, queries.data_ptr(), int(corpus_ptr), cand_key.data_ptr(),
                             0 if cand_idx is None else cand_idx.data_ptr(), queries.stride(0), int(c_stride),
                             int(index_base), nq, int(n), d, int(k), plan["num_tiles"], plan["tiles_per_split"],
-                            int(list_offset), cand_key.stride(0) if self.selects else 0,
-                            0 if state is None else state.data_ptr())
+                            int(list_offset), cand_key.stride(0) if self.selects else 0)
         pack = _core.ArgPack()
         pack.raw(blob, 8)
         return (plan["q_tiles"], plan["splits"], 1), (self.threads, 1, 1), self.smem_bytes(k), pack
 
     def merge_args(self, cand_key, cand_idx, queries, k: int, num_lists: int, out_key=None, out_idx=None,
                    out_score=None, out_index=None, dense: tuple[int, int, int] | None = None,
-                   kind: int | None = None, state=None):
+                   kind: int | None = None, filtered_rows: bool = False):
         """(grid, block, smem, ArgPack, kind) of the merge kernel. ``dense`` = (list_len, list_stride,
         query_stride): the lists are rows of a dense score matrix with implicit indices (``cand_idx`` None)
         instead of the search's candidate lists. ``kind`` forces a merge variant (:data:`MERGE_KINDS`; ConfigError
         when it takes no list of k, or for :data:`MERGE_SORTED` with ``dense``, whose rows are not sorted); default
         :func:`_S.merge_kind` of k, the candidates per query and whether the lists are the search's (sorted).
-        ``state``: the select after a ``MERGE=6`` search (``dense`` rows with the explicit indices ``cand_idx``, each
-        as long as its count in ``state``, which the kernel resets)."""
+        ``filtered_rows``: the select after a ``MERGE=6`` search (``dense`` = (rows per split, 0, row stride) and
+        ``num_lists`` the splits: each row is a segment per split with the explicit indices ``cand_idx``, then the
+        segments' counts)."""
         nq, d = queries.shape
         candidates = int(num_lists) * (dense[0] if dense else int(k))
         kind = int(_S.merge_kind(int(k), candidates, dense is None)) if kind is None else int(kind)
         if kind == MERGE_SORTED and dense is not None:
             raise ConfigError(f"merge kind {MERGE_SORTED} needs sorted lists; the rows of a dense score matrix are "
                               f"not: pass kind=None (or 0..3)")
-        if kind == MERGE_SELECT and (dense is None or int(num_lists) != 1):
+        if kind == MERGE_SELECT and (dense is None or (int(num_lists) != 1 and not filtered_rows)):
             raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads one dense row per query (dense=(N, 0, "
-                              f"row stride), num_lists=1); got num_lists={num_lists}, dense={dense}: pass kind=None")
+                              f"row stride), num_lists=1) or a filtered search's rows (filtered_rows=True); got "
+                              f"num_lists={num_lists}, dense={dense}: pass kind=None")
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
         blob = _S.merge_pack(cand_key.data_ptr(), ptr(cand_idx), queries.data_ptr(), queries.stride(0), ptr(out_key),
                              ptr(out_idx), ptr(out_score), ptr(out_index), nq, d, int(k), int(num_lists), list_len,
-                             list_stride, query_stride, dense is not None and state is None, ptr(state))
+                             list_stride, query_stride, dense is not None and not filtered_rows, bool(filtered_rows))
         pack = _core.ArgPack()
         pack.raw(blob, 8)
         return (nq, 1, 1), (int(_S.merge_threads(kind)), 1, 1), smem, pack, kind
@@ -662,17 +676,16 @@ class CompiledSearch:
         self.functions(device)[0].launch(grid, block, smem, stream, pack, cluster=self.cluster_dims)
 
     def final_merge_args(self, cand_key, cand_idx, queries, k: int, n: int, plan: dict, scores, indices,
-                         kind: int | None = None, state=None):
+                         kind: int | None = None):
         """:meth:`merge_args` of the merge that follows one search launch over ``n`` corpus rows: the select kernel
-        over the dense key matrix (``MERGE=5``) or the candidate rows (``MERGE=6``, ``state`` as
-        :meth:`search_args`'s), else the merge of the splits' candidate lists (``kind``: as :meth:`merge_args`'s)."""
+        over the dense key matrix (``MERGE=5``) or the candidate rows (``MERGE=6``), else the merge of the splits' candidate lists (``kind``: as :meth:`merge_args`'s)."""
         if self.dense:
             return self.merge_args(cand_key, None, queries, k, 1, out_score=scores, out_index=indices,
                                    dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT)
         if self.filtered:
-            return self.merge_args(cand_key, cand_idx, queries, k, 1, out_score=scores, out_index=indices,
-                                   dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT,
-                                   state=self._filter_state(queries, state))
+            return self.merge_args(cand_key, cand_idx, queries, k, plan["splits"], out_score=scores,
+                                   out_index=indices, dense=(filter_rows(plan, self.config), 0, cand_key.stride(0)),
+                                   kind=MERGE_SELECT, filtered_rows=True)
         return self.merge_args(cand_key, cand_idx, queries, k, plan["splits"], out_score=scores, out_index=indices,
                                kind=kind)
 
@@ -683,18 +696,16 @@ class CompiledSearch:
         self.merge_function(device, kind).launch(grid, block, smem, stream, pack)
 
     def prepare(self, device: int, queries, corpus, k: int, cand_key, cand_idx, scores, indices, plan: dict,
-                merge_kind: int | None = None, state=None):
+                merge_kind: int | None = None):
         """Two ``_core.PreparedLaunch`` (search, merge) over a GPU corpus, for the timer and the op's cached
         launches (``cand_key``, ``cand_idx``: :meth:`candidate_buffers`; ``merge_kind``: as :meth:`merge_args`'s
-        ``kind``, not for ``MERGE`` 5 and 6; ``state``: ``MERGE=6``'s bars and counts, by default
-        :func:`filter_state` of the current stream: run the pair, in order, on one stream at a time)."""
+        ``kind``, not for ``MERGE`` 5 and 6)."""
         n = corpus.shape[0]
-        state = self._filter_state(queries, state)  # one for both launches
         grid, block, smem, pack = self.search_args(queries, corpus.data_ptr(), corpus.stride(0), n, k, cand_key,
-                                                   cand_idx, 0, 0, plan, state=state)
+                                                   cand_idx, 0, 0, plan)
         p1 = self.functions(device)[0].prepare(grid, block, smem, pack, cluster=self.cluster_dims)
         grid, block, smem, pack, kind = self.final_merge_args(cand_key, cand_idx, queries, k, n, plan, scores, indices,
-                                                              kind=merge_kind, state=state)
+                                                              kind=merge_kind)
         p2 = self.merge_function(device, kind).prepare(grid, block, smem, pack, programmatic=self.programmatic_merge)
         return p1, p2
 
@@ -995,54 +1006,6 @@ def needs_padding(dtype_code: int, d: int) -> bool:
 _SEARCH_SHAPES: dict[tuple, tuple] = {}
 _SEARCH_LAUNCHES: dict[tuple, tuple] = {}
 _LAUNCH_CACHE_MAX = 256
-#: The bars and counts of MERGE=6 searches: per (device, stream) a zeroed int32 tensor and the lock that keeps a
-#: search and its select together (_filter_entry()); the tensors a larger nq replaced stay alive in _FILTER_RETIRED,
-#: since launches prepared earlier may still point at them.
-_FILTER_STATES: dict[tuple[int, int], tuple[Any, threading.Lock]] = {}
-_FILTER_RETIRED: list = []
-_FILTER_STATES_LOCK = threading.Lock()
-
-
-def _filter_entry(device, nq: int) -> tuple[Any, threading.Lock]:
-    """(state, lock) of :func:`filter_state`: hold the lock from enqueuing a search to enqueuing its select."""
-    import torch
-
-    index = _device_index_of(torch.device(device))
-    if index == torch.cuda.current_device():
-        capturing = torch.cuda.is_current_stream_capturing()
-    else:
-        with torch.cuda.device(index):
-            capturing = torch.cuda.is_current_stream_capturing()
-    if capturing:  # its own state, zeroed by a fill the graph captures: replays on other streams share nothing
-        return torch.zeros(FILTER_STRIDE * int(nq), dtype=torch.int32, device=f"cuda:{index}"), threading.Lock()
-    key = (index, current_stream(torch.device("cuda", index)))
-    with _FILTER_STATES_LOCK:
-        entry = _FILTER_STATES.get(key)
-        if entry is None or entry[0].numel() < FILTER_STRIDE * int(nq):
-            if entry is not None:
-                _FILTER_RETIRED.append(entry[0])
-            state = torch.zeros(FILTER_STRIDE * max(int(nq), 128), dtype=torch.int32, device=f"cuda:{index}")
-            entry = _FILTER_STATES[key] = (state, entry[1] if entry is not None else threading.Lock())
-    return entry
-
-
-def filter_state(device, nq: int):
-    """The bars and counts of a ``MERGE=6`` (filtered) search of ``nq`` queries on ``device``'s current stream: an
-    int32 tensor of at least :data:`FILTER_STRIDE` x nq words, zeros whenever no search is between its launch and
-    its select's. The search raises the bars and counts the candidates; the select kernel after it sets them back to
-    zero, so the searches of one stream, which run one after another, share it (a larger nq gets a new one; the old
-    stays allocated for the launches prepared with it). The op enqueues each search and its select together under
-    the state's lock, so that calls from several threads on one stream do not interleave, and zeroes the state
-    again if the select's launch fails. While a CUDA graph is being captured every call gets its own state (its
-    zero fill captured), so that graphs replayed on different streams share nothing. Launches prepared with a state
-    (:meth:`CompiledSearch.prepare`) must be run as pairs, search then select, one pair at a time per state."""
-    return _filter_entry(device, nq)[0]
-
-
-def _device_index_of(device) -> int:
-    import torch
-
-    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _remember(cache: dict, key: tuple, value):
@@ -1074,30 +1037,15 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
     cand_key, cand_idx = compiled.candidate_buffers(plan, nq, n, k, queries.device)
     scores = torch.empty((nq, k), dtype=torch.float32, device=queries.device)
     indices = torch.empty((nq, k), dtype=torch.int64, device=queries.device)
-    entry = _filter_entry(queries.device, nq) if compiled.filtered else None  # this stream's bars and counts
-    state = None if entry is None else entry[0]
     launch_key = (shape_key, qp, cp, cand_key.data_ptr(), 0 if cand_idx is None else cand_idx.data_ptr(),
-                  scores.data_ptr(), indices.data_ptr(), 0 if state is None else state.data_ptr())
+                  scores.data_ptr(), indices.data_ptr())
     launches = _SEARCH_LAUNCHES.get(launch_key)
     if launches is None:
         launches = _remember(_SEARCH_LAUNCHES, launch_key,
-                             compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan,
-                                              state=state))
+                             compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan))
     stream = current_stream(queries.device)
-    if entry is None:
-        for launch in launches:  # the search, then the merge of its candidates
-            launch(stream)
-        return scores, indices
-    with entry[1]:  # MERGE=6: no other thread's search or select on this state between this pair's launches
-        launches[0](stream)
-        try:
-            launches[1](stream)
-        except BaseException:
-            try:  # the search ran and its select did not: the state must be zeros for the next search
-                state.zero_()
-            except Exception:  # noqa: BLE001 - a broken context: the launch error below says it
-                pass
-            raise
+    for launch in launches:  # the search, then the merge of its candidates
+        launch(stream)
     return scores, indices
 
 

@@ -273,9 +273,9 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     score = groups * bq * (epi + 4) * 4
     if c["MERGE"] == 5:  # dense: the ring and the row norms only
         score, scratch, meta, lists = 0, 0, 0, 0
-    elif c["MERGE"] == 6:  # filtered: and per group and query column its holders' maxima, bound, bars and counts
+    elif c["MERGE"] == 6:  # filtered: and per group and query column its holders' maxima, bound and count (+2 pad)
         holders = 8 * (warps // groups) // c["WARPS_Q"]
-        score, scratch, meta, lists = groups * bq * (holders + 8) * 4, 0, 0, 0
+        score, scratch, meta, lists = groups * bq * (holders + 4) * 4, 0, 0, 0
     elif c["MERGE"] >= 3:  # thread lists: no warp scratch; each part's k-th key; parts 1.. hand over their lists
         parts = groups * thread_list_parts(32 * warps // groups, bq)
         scratch, meta, lists = 0, parts * bq * 4, (parts - 1) * bq * k * 8

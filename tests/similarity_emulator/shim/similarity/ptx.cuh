@@ -30,18 +30,6 @@ inline int atomic_add_shared(int* p, int v) {
   return old;
 }
 
-// Global words of the filtered search (MERGE=6): fibers switch only at collectives and barriers, so a plain
-// read-modify-write is atomic here.
-inline unsigned ld_relaxed_global(const unsigned* p) { return *p; }
-inline void atomic_max_global(unsigned* p, unsigned v) {
-  if (v > *p) *p = v;
-}
-inline int atomic_add_global(int* p, int v) {
-  const int old = *p;
-  *p = old + v;
-  return old;
-}
-
 inline float4 lds4(const float* p) {
   const unsigned off = static_cast<unsigned>(__cvta_generic_to_shared(p));
   if (off % 16) emu::fail("lds4: shared address %u is not 16-byte aligned", off);
