@@ -53,7 +53,7 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"VEC", {4, 8, 16}},             // bytes per cp.async
             {"MERGE", {0, 1, 2, 3, 4, 5, 6}},  // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32),
                                                // 5 dense: every key to an nq x N matrix, then the select kernel;
-                                               // 6 filtered: the keys that reach a global bar, then the select
+                                               // 6 filtered: the keys that reach their block's bar, then the select
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
             {"MMA", {0, 1, 2, 3}},           // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,

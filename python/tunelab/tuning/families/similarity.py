@@ -92,7 +92,8 @@ _DESCRIPTIONS = {
     "STAGES": "cp.async pipeline depth",
     "VEC": "bytes per cp.async",
     "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32); 5 none "
-             "(dense key matrix, then the select kernel); 6 none (the keys that reach a global bar, then the select)",
+             "(dense key matrix, then the select kernel); 6 none (the keys that reach their block's bar, then the "
+             "select)",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
@@ -191,7 +192,8 @@ def block_q_choices(nq: int) -> list[int]:
 def merge_choices(problem: Any) -> list[int]:
     """MERGE values for a problem: shared lists always, thread lists where k fits their capacity, dense (5) and
     filtered (6) where k <= the select kernel's limit and the dense key matrix is at most
-    :data:`DENSE_SPACE_MAX_BYTES` (the filtered search's candidate rows take twice its bytes, mostly untouched)."""
+    :data:`DENSE_SPACE_MAX_BYTES` (the filtered search's candidate rows, keys and indices, take about twice its
+    bytes, mostly untouched)."""
     p = as_problem(problem)
     ops = _ops()
     out = [m for m in (0, 1, 2, 3, 4) if m < 3 or p.k <= ops._S.thread_list_capacity(m)]
