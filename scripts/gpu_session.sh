@@ -13,8 +13,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   > "$OUT/install.log" 2>&1
 bash "$(dirname "$0")/install_offline.sh" "$OUT/install.log" || exit 1
 tail -3 "$OUT/install.log"
+# (--durations: the slowest tests, since the whole suite takes about 10 minutes with its install, near a device
+# call's limit: PYTEST_ARGS="-k 'not similarity'" and "tests/test_similarity_gpu.py" split it in two calls)
 # eval: PYTEST_ARGS may carry quoted words, e.g. PYTEST_ARGS="tests/test_similarity_gpu.py -k 'nan or gram'"
-eval "python3 -m pytest -m gpu -q -rs ${PYTEST_ARGS:-}" 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -${PYTEST_TAIL:-15}
+eval "python3 -m pytest -m gpu -q -rs --durations=20 ${PYTEST_ARGS:-}" 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -${PYTEST_TAIL:-15}
 for bench in "$@"; do
   echo "== $bench"
   # eval: an argument may carry quoted words, e.g. "benchmarks/similarity_probe.py --only 'default;pp BN=128,S=6'"
