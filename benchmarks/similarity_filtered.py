@@ -84,7 +84,8 @@ def main() -> int:
         fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
-               "filtered_equals_dense": same, "candidates_per_query": cand, "variants": variant_rows(samples, fns, "dense")}
+               "filtered_equals_dense": same, "candidates_per_query": cand,
+               "variants": variant_rows(samples, fns, "dense")}
         if (nq, n, dtype) == (100, 50_000, "float16"):
             row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in ("fused", "dense", "filtered")}
         rows.append(row)

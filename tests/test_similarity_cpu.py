@@ -514,6 +514,36 @@ def test_trace_slots_do_not_overlap():
     assert len(set(used)) == len(used) and max(used) < t["slots"]
 
 
+def test_filtered_rows_bound_and_select_only():
+    """MERGE=6's candidate rows: the tuner's device-free bound (filter_rows_bound) holds every grid plan's row
+    stride (filter_ld) over random tile sizes, clusters, sizes and wave targets; filter_ld is the segments, then a
+    count per split, rounded up to 4; the rows go to the select kernel only (merge_args refuses another kind)."""
+    torch = pytest.importorskip("torch")
+    from tunelab.ops import similarity as sim
+    from tunelab.tuning.families.similarity import filter_rows_bound
+
+    rng = random.Random(7)
+    base = sim.default_config(100, 10, "float16", 768, arch="sm_90", n=65536)
+    for _ in range(3000):
+        cfg = dict(base, BLOCK_N=rng.choice([64, 128, 256]), CLUSTER=rng.choice([1, 2, 4]), MERGE=6)
+        n, nq = rng.randint(1, 600_000), rng.randint(1, 1024)
+        plan = dict(S.topk_plan(cfg, nq, n, rng.randint(1, 600), rng.choice([0, cfg["CLUSTER"], 1024])))
+        ld = sim.filter_ld(plan, cfg)
+        rows = plan["tiles_per_split"] * cfg["BLOCK_N"]
+        assert sim.filter_rows(plan, cfg) == rows and ld == -(-(plan["splits"] * (rows + 1)) // 4) * 4
+        assert plan["splits"] * rows >= n and ld <= filter_rows_bound(cfg, n), (cfg, n, plan)
+    comp = sim.compile_search(dict(base, MERGE=6), dtype="float16", arch="sm_90")
+    plan = dict(S.topk_plan(comp.config, 4, 1000, 8, 0))
+    ck, ci = comp.candidate_buffers(plan, 4, 1000, 10, "cpu")
+    assert ck.shape == ci.shape == (4, sim.filter_ld(plan, comp.config)) and ci.dtype == torch.int32
+    q = torch.zeros((4, 768), dtype=torch.float16)
+    dense = (sim.filter_rows(plan, comp.config), 0, ck.stride(0))
+    with pytest.raises(ConfigError, match="filtered_rows .* kind=0"):
+        comp.merge_args(ck, ci, q, 10, plan["splits"], dense=dense, kind=0, filtered_rows=True)
+    *_, kind = comp.merge_args(ck, ci, q, 10, plan["splits"], dense=dense, filtered_rows=True)
+    assert kind == sim.MERGE_SELECT
+
+
 def test_pack_layout_roundtrip():
     cfg = _cfg(BLOCK_Q=32)
     blob = S.topk_pack(cfg, 0, 0x1000, 0x2000, 0x3000, 0x4000, 776, 768, 5, 100, 5000, 768, 10, 40, 3, 1)

@@ -288,12 +288,12 @@ def test_dense_search_matches_fused_and_reference():
                     reason="the filtered search's ping-pong configs: sm_90 only")
 def test_filtered_search_matches_dense_and_reference():
     """MERGE=6 (the keys that reach their block's bar to the split's segment of a candidate row, then the select
-    over the segments) gives the dense search's answer on the same main loop (bit-identical keys, same tie rule) for
+    over the segments; merge_args refuses those rows for any other merge kind) gives the dense search's answer on the same main loop (bit-identical keys, same tie rule) for
     every metric (fp16) and dtype (bf16 with l2, fp32 with ip: each pair is two more compiles, and the suite has to
     fit a device call), k from 1 to 32, N not a multiple of a tile, and on a new corpus after an old one; its
     segment counts (filter_counts) fit their segments and reach k per query, far fewer than N at 60K rows; rows
     that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an explicit MERGE=6."""
-    from tunelab.errors import InputError
+    from tunelab.errors import ConfigError, InputError
     from tunelab.tuning.families.similarity import check_topk
 
     sim = _sim()
@@ -310,7 +310,7 @@ def test_filtered_search_matches_dense_and_reference():
                 assert torch.equal(s, s0), (dt, metric, k)
             rep = check_topk(s, i, q, c, 32, metric)
             assert rep.ok, (dt, metric, rep.reason)
-        c2 = torch.flip(c, dims=(0,)).contiguous()  # a new corpus: stale bars would drop its best rows
+        c2 = torch.flip(c, dims=(0,)).contiguous()  # a new corpus: nothing of the last call's may stay in use
         s2, i2 = sim.similarity_search(q, c2, 10, config=filtered)
         assert torch.equal(i2, sim.similarity_search(q, c2, 10, config=dense)[1]), dt
         comp = sim.compile_search(sim.fit_config(filtered, 10, dt, sim.smem_limit("sm_90"), "ip"), dtype=dt)
@@ -337,6 +337,9 @@ def test_filtered_search_matches_dense_and_reference():
     assert torch.equal(it.cpu(), torch.arange(10).repeat(5, 1))
     with pytest.raises(InputError, match="MERGE=6"):
         sim.similarity_search(qt, tied, 10, config=cfg, memory_budget=64 << 20)
+    with pytest.raises(ConfigError, match="filtered_rows"):
+        comp.merge_args(ck, ci, q, 10, plan["splits"], dense=(sim.filter_rows(plan, comp.config), 0, ck.stride(0)),
+                        kind=0, filtered_rows=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),

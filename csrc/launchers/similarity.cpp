@@ -444,13 +444,16 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
         if (implicit_index)
             throw InputError("filtered_rows (the candidate rows of a MERGE=6 search) have explicit indices: pass "
                              "cand_idx and implicit_index=False");
+        if (num_lists > tunelab::sim::kSelectWindow)
+            throw InputError("filtered_rows: num_lists=" + std::to_string(num_lists) + " segments (the search's "
+                             "splits) exceed the " + std::to_string(tunelab::sim::kSelectWindow) +
+                             " counts the select kernel holds: plan the search with fewer splits");
         const long long need = tunelab::sim::topk_filter_ld(num_lists, list_len);
-        if (query_stride < need || num_lists > tunelab::sim::kSelectWindow)
+        if (query_stride < need || need > INT_MAX)
             throw InputError("filtered_rows: query_stride=" + std::to_string(query_stride) + " must be at least " +
                              std::to_string(need) + " (" + std::to_string(num_lists) + " segments of " +
-                             std::to_string(list_len) + " entries, then their counts), and num_lists at most " +
-                             std::to_string(tunelab::sim::kSelectWindow) + " (the counts the select kernel holds); "
-                             "allocate the rows with CompiledSearch.candidate_buffers()");
+                             std::to_string(list_len) + " entries, then their counts), which must be at most "
+                             "2^31-1: allocate the rows with CompiledSearch.candidate_buffers()");
     }
     tunelab::sim::MergeParams p{};
     p.cand_key = reinterpret_cast<const float*>(cand_key);

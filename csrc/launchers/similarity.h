@@ -60,7 +60,8 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
 // (dense): cand_key is the [nq][dense_ld] key matrix (16-byte aligned, dense_ld a multiple of kDenseLdAlign,
 // >= n), cand_idx is not read, index_base and list_offset are 0. MERGE=6 (filtered): the same, and cand_idx is the
 // [nq][dense_ld] int32 candidate rows next to cand_key's keys, dense_ld >= topk_filter_ld(splits, rows per split)
-// (a segment per split, then the segments' counts: params.cuh topk_filtered()).
+// (a segment per split, then the segments' counts: params.cuh topk_filtered()). The kernel places the counts by
+// its grid's y, which must be topk_plan()'s splits (the split count this check assumes), as for every MERGE.
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,
                       long long index_base, long long nq, long long n, long long d, long long k, int num_tiles,
@@ -82,7 +83,8 @@ std::string merge_name_expression(int dtype, int metric, int kind);
 // list_stride = nq * k, query_stride = k); otherwise lists of list_len entries at the given strides (a dense
 // score matrix), with implicit indices when implicit_index (cand_idx may then be 0). filtered_rows: the select
 // kernel after a MERGE=6 search (per query num_lists segments of list_len entries with explicit indices, then
-// their counts in cand_idx: query_stride >= topk_filter_ld(num_lists, list_len)).
+// their counts in cand_idx: query_stride >= topk_filter_ld(num_lists, list_len)). The select kernel reads a row
+// with explicit indices as such rows: launch it (kMergeSelect) only with implicit_index or filtered_rows.
 std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx, unsigned long long queries,
                        long long q_stride, unsigned long long out_key, unsigned long long out_idx,
                        unsigned long long out_score, unsigned long long out_index, long long nq, long long d,

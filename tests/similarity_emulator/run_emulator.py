@@ -75,6 +75,7 @@ TOPK_SCENARIOS = [
     (33, 150, 40, 1, 2, 1, 0, 9, 1),        # k = 1
     (3, 90, 40, 90, 2, 1, 1, 10, 1),        # k = n
     (4, 400, 40, 32, 3, 1, 1, 11, 1),       # k = 32: the bound's edge
+    (6, 500, 40, 20, 2, 1, 0, 25, 1),       # 16 < k < 32: the filtered search's bound selection by negation
     (2, 600, 40, 300, 2, 1, 0, 12, 1),      # k = 300 (> 256: 4-warp merge kernel)
     (5, 4000, 40, 5, 1, 1, 0, 15, 1),       # many tiles per split: the epilogue pre-check skips most tiles
     (4, 3000, 40, 8, 1, 1, 1, 16, 1),       # ... with exact ties

@@ -477,7 +477,8 @@ struct TopkTraits {
   static constexpr int kBTileBytes = kQueryRows * kRowBytes;
   static constexpr int kStageBytes = kATileBytes + kBTileBytes;
   static constexpr int kScoreOffset = kStages * kStageBytes;
-  // per tile group; MERGE=6: the filter region instead, per column its holders' maxima and its bound
+  // per tile group; MERGE=6: the filter region instead, per column its holders' maxima, its bound and (group 0's)
+  // the block's count (topk_filter_pitch())
   static constexpr int kScoreBytes = kFiltered ? kBlockQ * kFilterPitch * 4 : kDense ? 0 : kBlockQ * kScorePitch * 4;
   static constexpr int kScratchOffset = kScoreOffset + kGroups * kScoreBytes;
   static constexpr int kScratchBytes = kThreadLists || kNoLists ? 0 : kWarps * kEpiRows * 8;  // per warp: keys, indices
@@ -1189,8 +1190,9 @@ struct TopkBlock {
 
   // MERGE=6, a tile group's first tile: each holder of a column's accumulators offers the largest of its keys, and
   // the k-th largest of those maxima bounds the column's answer (as in bound_pass(): k holders supply k distinct
-  // keys at least as large). Every tile of the block then filters by the larger of its two groups' bounds (the
-  // other group's as this group reads it: -inf until that group sets it once). Why the answer stays exact: a group
+  // keys at least as large). Every tile of the block then filters by that bound, with ping-pong by the larger of
+  // its two groups' bounds (the other group's as this group reads it: -inf until that group sets it once). Why the
+  // answer stays exact with two groups (with one it is the bound pass's own argument): a group
   // sets its bound before it reads the other's, so the group whose bound is the larger reads the other's as it is
   // or -inf and filters its first tile by its own bound, appending the k keys that back it; the smaller bound is
   // backed by the same k keys. A key below a bound some group set is beaten by k appended keys (ties included:

@@ -651,10 +651,15 @@ class CompiledSearch:
         segments' counts)."""
         nq, d = queries.shape
         candidates = int(num_lists) * (dense[0] if dense else int(k))
-        kind = int(_S.merge_kind(int(k), candidates, dense is None)) if kind is None else int(kind)
+        if kind is None:
+            kind = MERGE_SELECT if filtered_rows else int(_S.merge_kind(int(k), candidates, dense is None))
+        kind = int(kind)
         if kind == MERGE_SORTED and dense is not None:
             raise ConfigError(f"merge kind {MERGE_SORTED} needs sorted lists; the rows of a dense score matrix are "
                               f"not: pass kind=None (or 0..3)")
+        if filtered_rows and kind != MERGE_SELECT:
+            raise ConfigError(f"filtered_rows (a MERGE=6 search's candidate rows) are read by the select kernel only "
+                              f"(kind={MERGE_SELECT}); got kind={kind}: pass kind=None with filtered_rows=True")
         if kind == MERGE_SELECT and (dense is None or (int(num_lists) != 1 and not filtered_rows)):
             raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads one dense row per query (dense=(N, 0, "
                               f"row stride), num_lists=1) or a filtered search's rows (filtered_rows=True); got "
@@ -678,7 +683,8 @@ class CompiledSearch:
     def final_merge_args(self, cand_key, cand_idx, queries, k: int, n: int, plan: dict, scores, indices,
                          kind: int | None = None):
         """:meth:`merge_args` of the merge that follows one search launch over ``n`` corpus rows: the select kernel
-        over the dense key matrix (``MERGE=5``) or the candidate rows (``MERGE=6``), else the merge of the splits' candidate lists (``kind``: as :meth:`merge_args`'s)."""
+        over the dense key matrix (``MERGE=5``) or the candidate rows (``MERGE=6``), else the merge of the splits'
+        candidate lists (``kind``: as :meth:`merge_args`'s)."""
         if self.dense:
             return self.merge_args(cand_key, None, queries, k, 1, out_score=scores, out_index=indices,
                                    dense=(int(n), 0, cand_key.stride(0)), kind=MERGE_SELECT)

@@ -23,8 +23,8 @@ name         choices              what it does
                                   5 none: every key goes to a dense nq x N matrix and the select kernel takes each
                                   row's k best (k <= 32; offered where the matrix is at most
                                   :data:`DENSE_SPACE_MAX_BYTES`); 6 none either: only the keys that reach their
-                                  query's bar (a global bound raised by every tile group's first tile) go, with
-                                  their rows, to a candidate row per query, then the select kernel (as 5)
+                                  block's bar (its tile groups' first-tile bounds) go, with their rows, to the
+                                  split's segment of a candidate row per query, then the select kernel (as 5)
 ``EPI_ROWS``  64, 128             corpus rows per top-k epilogue pass: 64 halves the score tile, so that two blocks
                                   can share an SM (one's epilogue overlapping the other's MMA main loop)
 ``MIN_BLOCKS`` 1, 2               ``__launch_bounds__`` minimum blocks per SM (2 caps registers for two resident
@@ -189,11 +189,21 @@ def block_q_choices(nq: int) -> list[int]:
     return sorted(out)
 
 
+def filter_rows_bound(config: Mapping[str, Any], n: int) -> int:
+    """Entries of a ``MERGE=6`` search's candidate row over ``n`` rows, at most, whatever the grid plan (which
+    depends on the device: ``ops.similarity.filter_ld`` gives a plan's exact figure): the splits' segments cover
+    the tiles and at most a split's tiles less one past them (never more than the tiles again), with clusters
+    CLUSTER - 1 empty splits' tiles more; then a count per split."""
+    bn, cl = int(config["BLOCK_N"]), int(config.get("CLUSTER", 1))
+    tiles = -(-int(n) // bn)
+    return (1 + cl) * tiles * bn + tiles + cl
+
+
 def merge_choices(problem: Any) -> list[int]:
     """MERGE values for a problem: shared lists always, thread lists where k fits their capacity, dense (5) and
     filtered (6) where k <= the select kernel's limit and the dense key matrix is at most
-    :data:`DENSE_SPACE_MAX_BYTES` (the filtered search's candidate rows, keys and indices, take about twice its
-    bytes, mostly untouched)."""
+    :data:`DENSE_SPACE_MAX_BYTES` (the filtered search's candidate rows, keys and indices, take a little over twice
+    its bytes, mostly untouched)."""
     p = as_problem(problem)
     ops = _ops()
     out = [m for m in (0, 1, 2, 3, 4) if m < 3 or p.k <= ops._S.thread_list_capacity(m)]
@@ -562,12 +572,12 @@ class SimilarityFamily(TunableFamily):
 
     def memory_required(self, config: Config, problem: Any) -> int | None:
         """Candidate-list workspace: nq x k entries of 8 bytes for up to ~1024 splits, or (MERGE=5) the dense key
-        matrix, or (MERGE=6) the candidate rows (keys and rows: twice its bytes)."""
+        matrix, or (MERGE=6) the candidate rows, keys and indices (:func:`filter_rows_bound`)."""
         p = as_problem(problem)
         if config.get("MERGE") == _ops().MERGE_DENSE:
             return _ops().dense_bytes(p.nq, p.n)
         if config.get("MERGE") == _ops().MERGE_FILTERED:
-            return 2 * _ops().dense_bytes(p.nq, p.n)
+            return 2 * p.nq * 4 * filter_rows_bound(config, p.n)
         return 1024 * p.nq * p.k * 8  # candidate lists: at most ~1024 splits
 
     def baselines(self, problem: Any) -> dict[str, Callable[[Any], Callable[[], Any]]]:
