@@ -91,8 +91,9 @@ MERGE_SELECT = int(_S.MERGE_SELECT)
 #: :func:`default_config` for when it is chosen), and the largest k its select kernel takes.
 MERGE_DENSE = int(_S.MERGE_DENSE)
 #: The search's MERGE value that keeps no top-k either but writes only the keys that reach their query's bar in
-#: their block (the larger of its two tile groups' first-tile bounds), with their rows, to the split's segment of
-#: a candidate row per query; the select kernel takes each row's k best (params.cuh ``topk_filtered``).
+#: their block (its tile groups' first-tile bounds, the larger of two with ping-pong), with their rows, to the
+#: split's segment of a candidate row per query; the select kernel takes each row's k best (params.cuh
+#: ``topk_filtered``).
 MERGE_FILTERED = int(_S.MERGE_FILTERED)
 SELECT_MAX_K = int(_S.SELECT_MAX_K)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
