@@ -259,8 +259,7 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
     }
     const long long per = (tiles + splits - 1) / splits;
     p.tiles_per_split = static_cast<int>(per);
-    p.splits = static_cast<int>((tiles + per - 1) / per);  // no empty split (clusters: none but the last's)
-    p.splits = static_cast<int>((p.splits + cl - 1) / cl * cl);
+    p.splits = static_cast<int>(tunelab::sim::topk_splits(tiles, per, cl));
     return p;
 }
 
@@ -296,8 +295,8 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
         if (filtered) null_check({{"cand_idx (the candidate rows)", cand_idx}});
         constexpr int align = tunelab::sim::kDenseLdAlign;
         // MERGE=6: the launch's splits, as topk_plan() makes them (the grid's y)
-        const long long cl = c.cluster, tps = std::max(1, tiles_per_split);
-        const long long splits = ((num_tiles + tps - 1) / tps + cl - 1) / cl * cl;
+        const long long tps = std::max(1, tiles_per_split);
+        const long long splits = tunelab::sim::topk_splits(num_tiles, tps, c.cluster);
         const long long need = filtered ? tunelab::sim::topk_filter_ld(splits, tps * c.block_n) : n;
         if (dense_ld < need || dense_ld % align != 0 || dense_ld > INT_MAX)
             throw InputError(m + ": the " + (filtered ? "candidate rows'" : "key matrix's") + " row stride dense_ld=" +

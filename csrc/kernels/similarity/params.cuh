@@ -140,6 +140,11 @@ TUNELAB_SIM_HD constexpr long long topk_dense_ld(long long n) {
 TUNELAB_SIM_HD constexpr long long topk_filter_ld(long long splits, long long seg_rows) {
   return topk_dense_ld(splits * seg_rows + splits);
 }
+// Splits of a search over `tiles` corpus tiles, `per` a split, with clusters of `cluster` blocks along the splits:
+// no empty split but the last cluster's (the launcher's topk_plan(), and its MERGE=6 check of the rows).
+TUNELAB_SIM_HD constexpr long long topk_splits(long long tiles, long long per, long long cluster) {
+  return ((tiles + per - 1) / per + cluster - 1) / cluster * cluster;
+}
 // Threads per query column with thread lists: threads / BLOCK_Q rounded down to a power of two, at most 4.
 TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;

@@ -575,15 +575,15 @@ struct TopkBlock {
   // column's score-tile stretch per holder.
   static constexpr int HOLDERS = Tr::kHolders;
   static constexpr bool kBounds = Tr::kThreadLists && HOLDERS <= EPI;
-  // With 32 holders (a warpgroup's tile) and k <= 16 (MERGE 3), one thread selects a column's bound from its 32
-  // maxima in registers, keeping the 16 largest (lane_sort_desc, lane_bitonic_clean_desc), 32 columns per warp at once;
-  // the warps' shuffle selections of 8 columns at a time took ~3,300 instructions per warp and pass (ncu at
-  // 50K / 100), and on the H200 the first tile's bound pass and pre-check went from 12.0 to 9.0 us with this
-  // (similarity_probe.py --trace). MERGE 4 (k <= 32) keeps the shuffles, and so do configs whose registers the
-  // 16 values would spill (sm_90, ptxas of CUDA 13.0): more than 104 accumulators, and cosine (its row terms stay
-  // live).
-  static constexpr bool kLaneBounds = kBounds && HOLDERS == 32 && Tr::kListCap == 16 && NT <= 13 && MT <= 2 &&
-                                      Tr::kMetric != kCosine && BQ <= 32 * Tr::kGroupWarps;
+  // With 32 holders (a warpgroup's tile), one thread selects a column's bound from its 32 maxima in registers
+  // (lane_kth_largest_of_32), 32 columns per warp at once: the thread lists with k <= 16 (MERGE 3) and the filtered
+  // search (MERGE=6, k <= 32). The warps' shuffle selections of 8 columns at a time took ~3,300 instructions per
+  // warp and pass (ncu at 50K / 100), and on the H200 the thread lists' first tile's bound pass and pre-check went
+  // from 12.0 to 9.0 us with this (similarity_probe.py --trace). MERGE 4 (k <= 32) keeps the shuffles, and so do
+  // configs whose registers the 16 values would spill (sm_90, ptxas of CUDA 13.0): more than 104 accumulators, and
+  // cosine (its row terms stay live).
+  static constexpr bool kLaneBounds = ((kBounds && Tr::kListCap == 16) || Tr::kFiltered) && HOLDERS == 32 &&
+                                      NT <= 13 && MT <= 2 && Tr::kMetric != kCosine && BQ <= 32 * Tr::kGroupWarps;
   int tl_col, tl_lpart, tl_part;
   bool tl_live;  // this thread keeps a list: a part of a real (not padding) query column
   float* part_bar;  // [LIST_PARTS][BQ]
@@ -894,31 +894,30 @@ struct TopkBlock {
                                              const RowTerms& rt) {
     store_holder_maxima(mma, rt, SP);
     block_sync();
-    if constexpr (kLaneBounds) bound_pass_lanes();
-    else bound_pass_shuffles();
-    block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
-  }
-  // The bound pass's selection, one column per thread (kLaneBounds), after its maxima are stored.
-  __device__ __forceinline__ void bound_pass_lanes() {
-    // warp w of the group selects columns 32 w .. 32 w + 31, one per lane
-    const int c = (gtid >> 5) * 32 + lane;
-    const bool need = c < BQ && q0 + c < p.nq && list_bar(c, false) == -f32_inf();
-    if (ballot(need) != 0) {
-      const float b = lane_kth_largest_of_32<false>(scores + (c < BQ ? c : BQ - 1) * SP, p.k);
-      if (need) sts(column_bound(c), b);
-    }
-  }
-  // The bound pass's selection by warp shuffles (configs without kLaneBounds), after its maxima are stored.
-  __device__ __forceinline__ void bound_pass_shuffles() {
-    // Lane 0 reads the bars for the warp (with ping-pong the other group may raise a part's bar meanwhile); padding
-    // columns get no bound.
-    select_bounds_shuffles(
+    // (with ping-pong the other group may raise a part's bar meanwhile); padding columns get no bound
+    select_bounds(
         SP, [&](int c) { return q0 + c < p.nq && list_bar(c, false) == -f32_inf(); },
         [&](int c, float bound) { sts(column_bound(c), bound); });
+    block_sync();  // the bounds are set, and the maxima read before the queues reuse their slots
   }
-  // The bound passes' selection by warp shuffles (thread lists without kLaneBounds, MERGE=6), after each holder's
-  // maximum is stored at scores + column * pitch + holder: for each column c for which need(c) holds (lane 0 asks,
-  // for the whole warp), the k-th largest of its maxima goes to store(c, bound) (lane 0 calls it). A warp takes B
+  // The bound passes' selection (thread lists' and MERGE=6's), after each holder's maximum is stored at scores +
+  // column * pitch + holder: for each column c for which need(c) holds, the k-th largest of its maxima goes to
+  // store(c, bound); by one thread per column (kLaneBounds) or by warp shuffles.
+  template <class Need, class Store>
+  __device__ __forceinline__ void select_bounds(int pitch, Need need, Store store) {
+    if constexpr (kLaneBounds) {
+      const int c = (gtid >> 5) * 32 + lane;  // warp w of the group selects columns 32 w .. 32 w + 31
+      const bool take = c < BQ && need(c);
+      if (ballot(take) != 0) {
+        const float b = lane_kth_largest_of_32<Tr::kFiltered>(scores + (take ? c : 0) * pitch, p.k);
+        if (take) store(c, b);
+      }
+    } else {
+      select_bounds_shuffles(pitch, need, store);
+    }
+  }
+  // select_bounds() by warp shuffles (configs without kLaneBounds): lane 0 asks need(c) for the whole warp and
+  // calls store(c, bound). A warp takes B
   // columns at a time (one selection's shuffle chain is latency-bound: on the H200 one column at a time made the
   // pass ~6 us at nq = 100; 8 at once spill next to 128 query columns' accumulators). With more holders than lanes a
   // lane offers the largest of its holders' maxima (still k distinct keys at least as large).
@@ -1183,10 +1182,6 @@ struct TopkBlock {
   __device__ __forceinline__ int* filter_count(int c) const {
     return reinterpret_cast<int*>(scores - grp * (Tr::kScoreBytes / 4) + c * Tr::kFilterPitch + HOLDERS + 1);
   }
-  // With 32 holders (a warpgroup's tile) one thread selects a column's bound from its 32 maxima in registers
-  // (lane_kth_largest_of_32, k <= 32), as the thread lists' kLaneBounds; else the warps' shuffle selections.
-  static constexpr bool kFilterLaneBounds = Tr::kFiltered && HOLDERS == 32 && NT <= 13 && MT <= 2 &&
-                                            Tr::kMetric != kCosine && BQ <= 32 * Tr::kGroupWarps;
 
   // MERGE=6, a tile group's first tile: each holder of a column's accumulators offers the largest of its keys, and
   // the k-th largest of those maxima bounds the column's answer (as in bound_pass(): k holders supply k distinct
@@ -1202,17 +1197,8 @@ struct TopkBlock {
                                                     const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
-    if constexpr (kFilterLaneBounds) {
-      const int c = (gtid >> 5) * 32 + lane;  // warp w of the group selects columns 32 w .. 32 w + 31
-      const bool live = c < BQ && q0 + c < p.nq;
-      if (ballot(live) != 0) {
-        const float b = lane_kth_largest_of_32<true>(filter_maxima(live ? c : 0), p.k);
-        if (live) sts(filter_bound(c), b);
-      }
-    } else {
-      select_bounds_shuffles(
-          Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; }, [&](int c, float b) { sts(filter_bound(c), b); });
-    }
+    select_bounds(
+        Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; }, [&](int c, float b) { sts(filter_bound(c), b); });
     block_sync();  // every warp of the group filters by the bounds
   }
 
