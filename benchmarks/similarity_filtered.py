@@ -67,7 +67,6 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from tunelab.ops import similarity as sim
     from tunelab.tuning.families.similarity import torch_topk
 
     clock = warm_up_gpu()

@@ -302,7 +302,8 @@ def print_timeline(row: dict) -> None:
 def filtered_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     """The dense search (MERGE=5, default_config of the 65536-row bucket) and the filtered one (MERGE=6) on the same
     config: with --trace, where the filtered search's epilogue spends its time (its "pre-check" stamp is taken once
-    the tile's slots are reserved: bound pass, bar staging, counts and the atomics before it, the appends after)."""
+    the tile's keys are counted and their places taken: the bound pass, counts and shared atomics before it, the
+    stores after)."""
     from tunelab.ops import similarity as sim
 
     dense = dict(sim.default_config(nq, K, "float16", D, n=sim.DENSE_MAX_N), MERGE=sim.MERGE_DENSE)

@@ -288,12 +288,12 @@ def test_dense_search_matches_fused_and_reference():
                     reason="the filtered search's ping-pong configs: sm_90 only")
 def test_filtered_search_matches_dense_and_reference():
     """MERGE=6 (the keys that reach their block's bar to the split's segment of a candidate row, then the select
-    over the segments; merge_args refuses those rows for any other merge kind) gives the dense search's answer on the same main loop (bit-identical keys, same tie rule) for
+    over the segments) gives the dense search's answer on the same main loop (bit-identical keys, same tie rule) for
     every metric (fp16) and dtype (bf16 with l2, fp32 with ip: each pair is two more compiles, and the suite has to
     fit a device call), k from 1 to 32, N not a multiple of a tile, and on a new corpus after an old one; its
     segment counts (filter_counts) fit their segments and reach k per query, far fewer than N at 60K rows; rows
     that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an explicit MERGE=6."""
-    from tunelab.errors import ConfigError, InputError
+    from tunelab.errors import InputError
     from tunelab.tuning.families.similarity import check_topk
 
     sim = _sim()
@@ -337,16 +337,15 @@ def test_filtered_search_matches_dense_and_reference():
     assert torch.equal(it.cpu(), torch.arange(10).repeat(5, 1))
     with pytest.raises(InputError, match="MERGE=6"):
         sim.similarity_search(qt, tied, 10, config=cfg, memory_budget=64 << 20)
-    with pytest.raises(ConfigError, match="filtered_rows"):
-        comp.merge_args(ck, ci, q, 10, plan["splits"], dense=(sim.filter_rows(plan, comp.config), 0, ck.stride(0)),
-                        kind=0, filtered_rows=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="the filtered search's ping-pong configs: sm_90 only")
 def test_filtered_search_from_two_threads_on_one_stream():
     """Two threads calling the filtered search on torch's one default stream, each on its own corpus: every call
-    gets its own corpus's answer (no state outlives a call: each call's search and select use its own buffers)."""
+    gets its own corpus's answer (no state outlives a call: each call's search and select use its own buffers), and
+    a worker thread's first call, with no CUDA context current in it yet, encodes its tensor maps (the op makes the
+    device's context current first)."""
     sim = _sim()
     q, c = _inputs("float16", nq=40, n=20001, d=D_WG, seed=3)
     corpora = (c, torch.flip(c, dims=(0,)).contiguous())

@@ -139,8 +139,8 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
             config_error(fam, "MMA=3 (ping-pong warpgroups) needs WARPS_N=8: two MMA warpgroups that take turns on "
                               "the tiles; got WARPS_N=" + std::to_string(c.warps_n) + " (use MMA=2 for one warpgroup)");
         if (c.mma == 3 && c.merge < 3)
-            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or no lists (MERGE 5, 6): "
-                              "each warpgroup keeps its own; got MERGE=" + std::to_string(c.merge) +
+            config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or no lists (MERGE 5, "
+                              "6): each warpgroup keeps its own; got MERGE=" + std::to_string(c.merge) +
                               " (use MMA=2 for MERGE 0..2)");
     }
     // options of the TMA producer: anything but their off value needs MMA 2 or 3
@@ -159,11 +159,11 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
 
 void topk_check_k(const TopkConfig& c, long long k) {
     if (!tunelab::sim::topk_keeps_lists(c.merge) && k > tunelab::sim::kSelectMaxK)
-        config_error("similarity", "MERGE=" + std::to_string(c.merge) + " (" +
-                                       (tunelab::sim::topk_dense(c.merge) ? "dense key matrix" : "filtered candidates") +
-                                       ") is followed by the select kernel, which takes k <= " +
-                              std::to_string(tunelab::sim::kSelectMaxK) + "; k=" + std::to_string(k) +
-                              " needs MERGE 0..4");
+        config_error("similarity",
+                     "MERGE=" + std::to_string(c.merge) + " (" +
+                         (tunelab::sim::topk_dense(c.merge) ? "dense key matrix" : "filtered candidates") +
+                         ") is followed by the select kernel, which takes k <= " +
+                         std::to_string(tunelab::sim::kSelectMaxK) + "; k=" + std::to_string(k) + " needs MERGE 0..4");
     const int cap = tunelab::sim::thread_list_capacity(c.merge);
     if (cap > 0 && k > cap)
         config_error("similarity", "MERGE=" + std::to_string(c.merge) + " keeps at most " + std::to_string(cap) +
