@@ -121,7 +121,7 @@ def test_smem_formula_python_matches_launcher_over_the_space():
         for metric, mcode in (("ip", 0), ("l2", 2)):
             space = build_space(SearchProblem(100, 50000, 768, 16, dtype, metric))
             mma_at = space.names.index("MMA")
-            for mma in ((0, 1, 2, 3) if dtype == "fp16" else (0,)):
+            for mma in ((0, 1, 2, 3) if dtype == "fp16" else (0, 4)):
                 found = 0
                 for _ in range(200_000):
                     idx = [rng.randrange(len(p.choices)) for p in space.params]
@@ -220,7 +220,7 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     n_wg = sum(1 for c in space.enumerate() if c["MMA"] == 1)
     assert 0 < n_wg < space.count_valid() // 2
     fp32 = fam.space(SearchProblem(100, 50000, 768, 10, "fp32"))
-    assert all(c["MMA"] == 0 for c in fp32.enumerate())
+    assert {c["MMA"] for c in fp32.enumerate()} == {0, 4}
     assert fam.static_gates(wg, prob, arch="sm_90") == []
     small = dict(wg, BLOCK_N=128, BLOCK_Q=64)  # fits sm_80's shared memory
     assert [r.code for r in fam.static_gates(small, prob, arch="sm_80")] == ["static.arch"]
@@ -263,6 +263,50 @@ def test_wgmma_rules_in_launcher_space_and_gates():
     assert fitted["MMA"] == 1 and fitted["STAGES"] >= 3 and fitted["WARPS_Q"] == 1, fitted
     S.topk_validate(fitted, 0, 2)
     assert S.topk_smem_bytes(fitted, 0, 2, 256) <= sim.smem_limit("sm_90")
+
+
+def test_fma_main_loop_rules_space_and_compile():
+    """MMA=4 (fp32 products by FFMA): fp32 only, one n8 query tile per warp, the launcher names both rules and the
+    space rejects the same configs; it offers MMA 0 and 4 for fp32 and never 4 for 16-bit inputs; its partial sums
+    count as accumulators; it compiles for sm_80 and sm_90 without spills, is no wgmma config (no sm_90a), and lays
+    out shared memory as MMA=0."""
+    from tunelab.tuning.families.similarity import SearchProblem, SimilarityFamily
+
+    sim = _sim()
+    fma = dict(BLOCK_N=256, BLOCK_Q=8, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
+               MIN_BLOCKS=1, MMA=4)
+    S.topk_validate(fma, 2, 0)
+    S.topk_validate(dict(fma, BLOCK_Q=16, WARPS_Q=2, WARPS_N=4), 2, 1)
+    for bad, dt, match in ((fma, 0, "MMA=4 .*fp32 inputs; fp16"), (fma, 1, "fp32 inputs; bf16"),
+                           (dict(fma, BLOCK_Q=16), 2, "BLOCK_Q = 8 \\* WARPS_Q; got BLOCK_Q=16, WARPS_Q=1 "
+                                                      "\\(use BLOCK_Q=8")):
+        with pytest.raises(ConfigError, match=match):
+            S.topk_validate(bad, dt, 0)
+    assert sim.uses_fma(fma) and not sim.uses_wgmma(fma) and not sim.uses_tma(fma)
+    assert sim.compile_arch(fma, "sm_90") == "sm_90" and sim.compile_arch(fma, "sm_80") == "sm_80"
+    for mma in (0, 1, 2, 3):
+        assert sim.uses_wgmma(dict(fma, MMA=mma)) == (mma > 0) and not sim.uses_fma(dict(fma, MMA=mma))
+    # a warp's 2 m16 blocks: 2 x 4 accumulators and 2 x 16 partial sums (rows g, g + 8 x 8 query columns)
+    assert sim.accumulators(fma) == 40 and sim.accumulators(dict(fma, MMA=0)) == 8
+    assert S.topk_smem_bytes(fma, 2, 2, 10) == S.topk_smem_bytes(dict(fma, MMA=0), 2, 2, 10)
+    assert S.topk_threads(fma) == S.topk_threads(dict(fma, MMA=0))
+    fam = SimilarityFamily()
+    fp32 = fam.space(SearchProblem(4, 1_000_000, 768, 10, "fp32"))
+    assert fp32.check(fma)[0]
+    rej = fp32.rejection(dict(fma, BLOCK_Q=16))
+    assert rej is not None and rej.code == "static.divisibility" and "MMA=4" in rej.detail
+    # one warp with 16 m16 blocks: 320 accumulator registers, rejected before compiling
+    rej = fp32.rejection(dict(fma, WARPS_N=1, WARPS_Q=2, BLOCK_Q=16))
+    assert rej is not None and "accumulators" in rej.detail
+    # no wgmma: the arch gate passes it on sm_80 (128-row tiles: the 256-row ones take more shared memory than sm_80's)
+    assert fam.static_gates(dict(fma, BLOCK_N=128), SearchProblem(4, 1_000_000, 768, 10, "fp32"), arch="sm_80") == []
+    fp16 = fam.space(SearchProblem(4, 1_000_000, 768, 10, "fp16"))
+    assert 4 not in fp16.params[fp16.names.index("MMA")].choices
+    for arch in ("sm_90", "sm_80"):
+        for cfg, metric in ((fma, "ip"), (dict(fma, BLOCK_N=128, BLOCK_Q=16, WARPS_N=4, WARPS_Q=2, MERGE=5), "l2"),
+                            (dict(fma, BLOCK_N=128, BLOCK_K=32, WARPS_N=4, STAGES=2, MERGE=3, EPI_ROWS=64), "cosine")):
+            r = sim.compile_search(cfg, dtype="float32", metric=metric, arch=arch).resources
+            assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, (arch, cfg, r)
 
 
 def test_cluster_and_prefetch_rules_layout_and_plan():

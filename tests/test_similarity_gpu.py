@@ -37,6 +37,8 @@ def _precompile():
                 jobs.append(("search", sim.default_config(NQ, 10, dt, D, n=8192), dt, m))
     for cfg in _EXPLICIT:
         jobs.append(("search", sim.fit_config(cfg, 10, "float16"), "float16", "l2"))
+    for m in METRICS:  # the FFMA main loop's configs and their 3xTF32 comparator
+        jobs += [("search", cfg, "float32", m) for cfg in _FMA + [dict(_FMA[0], MMA=0)]]
     if torch.cuda.get_device_capability() == (9, 0):  # the wgmma tests' configs, their comparators, clusters' C=1
         for dt in ("float16", "bfloat16"):
             for m in METRICS:
@@ -464,6 +466,56 @@ def test_fp32_values_just_inside_the_split_range_score_like_float64():
     scores, idx = sim.similarity_search(q, c, 10)
     assert bool((idx[:, 0] == 7).all())
     assert torch.allclose(scores[:, 0].double(), q.double() @ c[7].double(), rtol=1e-6, atol=0)
+
+
+#: MMA=4 (fp32 products by FFMA) configs: the nq <= 8 default's layout (256-row tiles over 8 warps, hybrid merge),
+#: two warps along the queries (one n8 tile each: a warp of padding columns when nq <= 8), thread lists with 64-byte
+#: slices (2 k-steps each)
+_FMA = [dict(BLOCK_N=256, BLOCK_Q=8, BLOCK_K=64, WARPS_N=8, WARPS_Q=1, STAGES=3, VEC=16, MERGE=2, EPI_ROWS=128,
+             MIN_BLOCKS=1, MMA=4),
+        dict(BLOCK_N=128, BLOCK_Q=16, BLOCK_K=32, WARPS_N=4, WARPS_Q=2, STAGES=3, VEC=16, MERGE=0, EPI_ROWS=128,
+             MIN_BLOCKS=1, MMA=4),
+        dict(BLOCK_N=128, BLOCK_Q=8, BLOCK_K=16, WARPS_N=4, WARPS_Q=1, STAGES=2, VEC=16, MERGE=3, EPI_ROWS=64,
+             MIN_BLOCKS=1, MMA=4)]
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_fma_main_loop_matches_reference_and_3xtf32(metric):
+    """MMA=4 over 1, 2, 3, 8 and 13 queries (1, 2, 4 and 8 FFMA columns a warp, and warps of padding columns) and a
+    corpus that no tile divides: the float64 reference's answer up to the tie band, 3xTF32's indices and its scores
+    within fp32 rounding."""
+    from tunelab.tuning.families.similarity import check_topk
+
+    sim = _sim()
+    for nq in (1, 2, 3, 8, 13):
+        q, c = _inputs("float32", nq=nq, seed=nq)
+        base_s, base_i = sim.similarity_search(q, c, 10, metric=metric, config=dict(_FMA[0], MMA=0))
+        for cfg in _FMA:
+            s, i = sim.similarity_search(q, c, 10, metric=metric, config=cfg)
+            rep = check_topk(s, i, q, c, 10, metric)
+            assert rep.ok, (nq, cfg, rep.reason)
+            assert (i == base_i).float().mean().item() > 0.99, (nq, cfg)
+            torch.testing.assert_close(s, base_s, rtol=1e-5, atol=1e-5 * float(base_s.abs().max()))
+
+
+def test_fma_takes_the_whole_fp32_range_and_drops_non_finite_rows():
+    """MMA=4 multiplies in fp32, without the tf32 split: an element of 4.2e34 (past 3xTF32's range) scores like float64
+    and its row ranks first; rows holding a NaN or an inf, and a row whose score overflows, score NaN and never enter
+    the results."""
+    sim = _sim()
+    q, c = _inputs("float32", nq=4, n=1000, d=64)
+    q = q.abs() + 0.1  # positive: the big row's score tops every query, the 3e38 row's overflows
+    c[7, 5] = 4.2e34
+    c[::3, 9] = float("nan")
+    c[::5, 11] = float("inf")
+    c[2] = 3e38
+    scores, idx = sim.similarity_search(q, c, 10, config=_FMA[0])
+    assert bool((idx[:, 0] == 7).all())
+    assert torch.allclose(scores[:, 0].double(), q.double() @ c[7].double(), rtol=1e-6, atol=0)
+    assert bool((idx % 3 != 0).all() and (idx % 5 != 0).all() and (idx != 2).all())
+    assert bool(torch.isfinite(scores).all())
+    _, idx0 = sim.similarity_search(q, c, 10, config=dict(_FMA[0], MMA=0))
+    assert bool((idx0 != 7).all())  # 3xTF32: the 4.2e34 row scores NaN
 
 
 @pytest.mark.parametrize("pinned", [True, False])

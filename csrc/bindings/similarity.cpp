@@ -50,6 +50,10 @@ void bind_similarity(py::module_& m) {
           "Whether MERGE keeps thread lists (3, 4).");
     s.def("topk_uses_tma", &tunelab::sim::topk_uses_tma, py::arg("mma"),
           "Whether main loop MMA is fed by the TMA producer warpgroup (MMA 2, 3).");
+    s.def("topk_uses_wgmma", &tunelab::sim::topk_uses_wgmma, py::arg("mma"),
+          "Whether main loop MMA runs wgmma warpgroup tiles (MMA 1, 2, 3; sm_90 only).");
+    s.def("topk_uses_fma", &tunelab::sim::topk_uses_fma, py::arg("mma"),
+          "Whether main loop MMA computes fp32 products on the CUDA cores (MMA=4: FFMA, fp32 inputs).");
     s.def("topk_tile_groups", &tunelab::sim::topk_tile_groups, py::arg("mma"),
           "Groups of MMA warps that run tiles of their own: 2 for ping-pong (MMA=3), else 1.");
     s.def("topk_query_rows", &tunelab::sim::topk_query_rows, py::arg("block_q"), py::arg("cluster"),

@@ -56,8 +56,8 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
                                                // 6 filtered: the keys that reach their block's bar, then the select
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
-            {"MMA", {0, 1, 2, 3}},           // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
-                                             // 3 = 2 with ping-pong warpgroups
+            {"MMA", {0, 1, 2, 3, 4}},        // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
+                                             // 3 = 2 with ping-pong warpgroups, 4 = 0 with fp32 FFMA (few queries)
             {"CLUSTER", {1, 2, 4}},          // blocks per cluster sharing each query slice (TMA multicast; MMA 2, 3)
             {"PREFETCH", {0, 1, 2}},         // L2 prefetch distance in corpus tiles (TMA prefetch; MMA 2, 3)
         };
@@ -118,10 +118,19 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
         config_error(fam, "MERGE=" + std::to_string(c.merge) + " (thread lists) needs a thread per query column: " +
                      std::to_string(c.threads()) + " threads < BLOCK_Q=" + std::to_string(c.block_q) +
                      "; use more warps, a smaller BLOCK_Q or MERGE 0..2");
-    if (c.mma >= 1) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
+    if (tunelab::sim::topk_uses_fma(c.mma)) {  // TopkTraits' and WarpMma's static_asserts for FMA
+        const std::string why = "MMA=4 (fp32 products on the CUDA cores, FFMA) needs ";
+        if (dtype != 2)
+            config_error(fam, why + "fp32 inputs; " + dtype_name(dtype) + " runs on the tensor cores: use MMA 0..3");
+        if (c.block_q != 8 * c.warps_q)
+            config_error(fam, why + "one n8 query tile per warp: BLOCK_Q = 8 * WARPS_Q; got BLOCK_Q=" +
+                                  std::to_string(c.block_q) + ", WARPS_Q=" + std::to_string(c.warps_q) +
+                                  " (use BLOCK_Q=" + std::to_string(8 * c.warps_q) + ", or MMA=0 for more queries)");
+    }
+    if (tunelab::sim::topk_uses_wgmma(c.mma)) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
                        // BLOCK_N % (16 x WARPS_N), checked above)
         const std::string why = "MMA=" + std::to_string(c.mma) + " (wgmma warpgroup tiles) needs ";
-        if (dtype == 2) config_error(fam, why + "fp16 or bf16 inputs; fp32 (3xTF32) runs on MMA=0");
+        if (dtype == 2) config_error(fam, why + "fp16 or bf16 inputs; fp32 runs on MMA=0 (3xTF32) or 4 (FFMA)");
         if (row_bytes != 128)
             config_error(fam, why + "128-byte row slices (BLOCK_K=64 for 16-bit inputs), the SWIZZLE_128B atom; BLOCK_K=" +
                          std::to_string(c.block_k) + " gives " + std::to_string(row_bytes));

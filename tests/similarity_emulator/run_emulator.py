@@ -56,11 +56,18 @@ TOPK_CONFIGS = [
     (1, 2, 128, 24, 64, 8, 1, 3, 16, 6, 128, 1, 1),   # bf16 l2, wgmma, 64 holders: a lane offers two holders' maxima
     (2, 1, 128, 32, 32, 4, 2, 2, 16, 6, 64, 1),       # fp32 cosine, the fp32 dense default's warps: 32 holders
     (0, 2, 64, 40, 32, 4, 1, 3, 16, 6, 64, 1),        # fp16 l2, 32 holders: one thread selects a column's bound
+    # fp32 products by FFMA (MMA = 4): 1, 2, 4 or 8 query columns per warp by the scenarios' nq, then the quad's sums
+    # laid out as the m16n8 accumulators every epilogue reads
+    (2, 0, 256, 8, 64, 8, 1, 3, 16, 2, 128, 1, 4),    # fp32 ip, the nq <= 8 default's layout (hybrid merge)
+    (2, 2, 64, 16, 32, 2, 2, 3, 16, 5, 128, 1, 4),    # fp32 l2, dense, two warps along the queries (one n8 tile each)
+    (2, 1, 128, 8, 16, 4, 1, 2, 4, 3, 64, 1, 4),      # fp32 cosine, thread lists, 64-byte slices, 4-byte copies
+    (2, 0, 128, 8, 32, 4, 1, 2, 16, 6, 64, 1, 4),     # fp32 ip, filtered: 32 holders
 ]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
 #: the first two thread-list ones, the per-thread bound selection, two dense ones, the cvt tf32 split (19: the
-#: Veltkamp split runs in 3) and three filtered ones (the last: its per-thread bound selection, k up to 32)
-QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23]
+#: Veltkamp split runs in 3), three filtered ones (the last: its per-thread bound selection, k up to 32) and the
+#: FFMA main loop with the nq <= 8 default's layout
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23, 24]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [

@@ -116,9 +116,19 @@ __device__ __forceinline__ int b_lane_half(int lane) { return (lane >> 3) & 1; }
 // inside the MMAs. The Gram kernel uses it (its output is the product itself); the top-k search does not: its
 // scores only rank candidates (the numerics gate checks them against float64 with a tie tolerance), and the 4
 // partial registers would make its 112-accumulator default spill.
-template <int DTYPE, int MT, int NT, bool NORMS, bool COMPLEX, bool RN_ACC = false>
+//
+// FMA (the search's MMA=4; fp32, NT = 1): no tensor cores. Each lane keeps fp32 partial dot products of its rows g and
+// g+8 of every m16 block with each of the n8 tile's first FQ query columns over the k it holds in the A fragment
+// (k = t and t + 4 of every k-step), accumulated with FFMA (fma_kstep); fma_finish() sums a quad's four partials
+// and lays the sums out as the m16n8 C fragment in acc, which is all the epilogues read. Per k-step a warp issues
+// its A and B ldmatrix, 2 FQ shuffles (a query's two values to the lanes that need them) and 4 MT FQ FFMAs,
+// against 3xTF32's 16 MT + 8 splitting instructions and 3 MT MMAs: at nq = 1 about a quarter of the instructions,
+// and plain fp32 products and sums, no tf32 truncation. It pays for few queries only (at FQ = 8 its FFMAs
+// outnumber 3xTF32's instructions), so the tuner and the defaults decide (ops/similarity.py default_config).
+template <int DTYPE, int MT, int NT, bool NORMS, bool COMPLEX, bool RN_ACC = false, bool FMA = false>
 struct WarpMma {
   static_assert(!COMPLEX || DTYPE == kC64, "complex accumulation needs complex64 inputs");
+  static_assert(!FMA || (DTYPE == kF32 && NT == 1 && !COMPLEX), "FMA main loop: fp32, one n8 query tile per warp");
   static constexpr int kMTi = COMPLEX ? MT : 1;
   static constexpr int kNTi = COMPLEX ? NT : 1;
   // the cvt split where Veltkamp's would spill (split_tf32): more than 112 accumulator and norm registers
@@ -126,6 +136,9 @@ struct WarpMma {
   float acc[MT][NT][4];
   float acc_im[kMTi][kNTi][4];
   float nrm[MT][2];
+  // FMA: partial dot products [m16 block][row g, g + 8][query column of the n8 tile]
+  static constexpr int kFmaQ = FMA ? 8 : 1;
+  float part[FMA ? MT : 1][2][kFmaQ];
 
   __device__ __forceinline__ static void tf32x3(float (&c)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
                                                 const unsigned (&bh)[2], const unsigned (&bl)[2]) {
@@ -154,6 +167,67 @@ struct WarpMma {
       for (int nt = 0; nt < kNTi; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_im[mt][nt][e] = 0.f;
+    if constexpr (FMA) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int n = 0; n < kFmaQ; ++n) part[mt][h][n] = 0.f;
+    }
+  }
+
+  // FMA: one 32-byte k-step (8 fp32 elements) for the first FQ query columns of the warp's n8 tile (the others keep
+  // their zero partials: pass FQ >= the tile's real queries). The A fragment holds (g, t), (g+8, t), (g, t+4),
+  // (g+8, t+4); the B fragment (b0, b1) = query g's k = t and t + 4, which column n's FFMAs take from lane 4 n + t.
+  template <int FQ, class LA, class LB>
+  __device__ __forceinline__ void fma_kstep(unsigned a_tile, unsigned b_tile, const LA& la, const LB& lb, int a_row0,
+                                            int b_row0, int ks, int lane) {
+    static_assert(FMA && FQ >= 1 && FQ <= 8, "fma_kstep: the FMA main loop, 1..8 query columns");
+    unsigned a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], a_tile + la.at(a_row0 + mt * 16, ks));
+    unsigned b[2];
+    ldmatrix_x2(b, b_tile + lb.at(b_row0, ks));
+#pragma unroll
+    for (int n = 0; n < FQ; ++n) {
+      const int src = (n << 2) | (lane & 3);
+      const float q_t = shfl_f(__uint_as_float(b[0]), src), q_t4 = shfl_f(__uint_as_float(b[1]), src);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        part[mt][0][n] = fmaf(__uint_as_float(a[mt][2]), q_t4, fmaf(__uint_as_float(a[mt][0]), q_t, part[mt][0][n]));
+        part[mt][1][n] = fmaf(__uint_as_float(a[mt][3]), q_t4, fmaf(__uint_as_float(a[mt][1]), q_t, part[mt][1][n]));
+      }
+    }
+  }
+
+  // FMA: a tile's partials of the first FQ columns (the fma_kstep<FQ> ones; the others are 0) -> acc in the m16n8 C
+  // layout (c0, c1: row g, columns 2t, 2t + 1; c2, c3: row g + 8). The quad's butterfly leaves every lane each full
+  // sum, the same in all four; the lane keeps its own columns by unrolled selects (a runtime register index would go
+  // to local memory). A sum of +-inf (an inf element, or products that overflow) becomes NaN, so that such a row
+  // never enters the results, as with 3xTF32, whose split turns an inf (and any element above ~4.15e34) into NaN;
+  // finite elements of any size score as fp32 arithmetic gives them.
+  template <int FQ>
+  __device__ __forceinline__ void fma_finish(int lane) {
+    static_assert(FMA && FQ >= 1 && FQ <= 8, "fma_finish: the FMA main loop, 1..8 query columns");
+    const int c0 = 2 * (lane & 3);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float lo = 0.f, hi = 0.f;
+#pragma unroll
+        for (int n = 0; n < FQ; ++n) {
+          float v = part[mt][h][n];
+          v += shfl_xor_f(v, 1);
+          v += shfl_xor_f(v, 2);
+          v = fabsf(v) == f32_inf() ? f32_nan() : v;  // +-inf: NaN (above)
+          lo = n == c0 ? v : lo;
+          hi = n == c0 + 1 ? v : hi;
+        }
+        acc[mt][0][2 * h] = lo;
+        acc[mt][0][2 * h + 1] = hi;
+      }
   }
 
   // The 4 lanes of a quad hold disjoint columns of the same rows: sum their partial norms.

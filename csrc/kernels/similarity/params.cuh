@@ -150,8 +150,12 @@ TUNELAB_SIM_HD constexpr int thread_list_parts(int threads, int block_q) {
   return threads / block_q >= 4 ? 4 : threads / block_q >= 2 ? 2 : 1;
 }
 // Main loops (MMA): 0 mma.sync, 1 wgmma fed by cp.async, 2 wgmma fed by a TMA producer warpgroup (the MMA warps
-// share every tile), 3 = 2 with ping-pong warpgroups (each of the two MMA warpgroups owns every other tile).
-TUNELAB_SIM_HD constexpr bool topk_uses_tma(int mma) { return mma >= 2; }
+// share every tile), 3 = 2 with ping-pong warpgroups (each of the two MMA warpgroups owns every other tile),
+// 4 = 0's warp tiles and cp.async ring with fp32 products on the CUDA cores (FFMA; fp32 inputs, one n8 query tile
+// per warp: see mma_tile.cuh WarpMma::fma_kstep).
+TUNELAB_SIM_HD constexpr bool topk_uses_wgmma(int mma) { return mma >= 1 && mma <= 3; }
+TUNELAB_SIM_HD constexpr bool topk_uses_tma(int mma) { return mma == 2 || mma == 3; }
+TUNELAB_SIM_HD constexpr bool topk_uses_fma(int mma) { return mma == 4; }
 // Groups of MMA warps that run tiles of their own: 2 for ping-pong (MMA=3), else 1 (every warp works on each tile).
 TUNELAB_SIM_HD constexpr int topk_tile_groups(int mma) { return mma == 3 ? 2 : 1; }
 // Threads per search block at launch: the MMA (and top-k) warps, plus the TMA producer warpgroup (MMA 2, 3).

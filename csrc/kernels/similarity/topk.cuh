@@ -416,7 +416,8 @@ struct TopkTraits {
   static constexpr int kMerge = MERGE_;
   static constexpr int kMinBlocks = MIN_BLOCKS_;  // __launch_bounds__ minimum: 2 caps registers for 2 blocks/SM
   static constexpr int kMma = MMA_;
-  static constexpr bool kWgmma = MMA_ >= 1;
+  static constexpr bool kWgmma = topk_uses_wgmma(MMA_);
+  static constexpr bool kFma = topk_uses_fma(MMA_);  // MMA=4: MMA 0's loop, fp32 products by FFMA
   static constexpr bool kTmaProducer = topk_uses_tma(MMA_);
   static constexpr bool kPingPong = MMA_ == 3;
   static constexpr int kCluster = CLUSTER_;
@@ -528,7 +529,9 @@ struct TopkTraits {
   static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
   static_assert(!kThreadLists || kThreads >= kBlockQ, "thread lists: a thread per query column at least");
   static_assert(kStageBytes % 128 == 0 && kScoreBytes % 16 == 0, "region alignment");
-  static_assert(kMma >= 0 && kMma <= 3, "MMA 0 (mma.sync), 1 (wgmma), 2 (wgmma, TMA producer) or 3 (2, ping-pong)");
+  static_assert(kMma >= 0 && kMma <= 4,
+                "MMA 0 (mma.sync), 1 (wgmma), 2 (wgmma, TMA producer), 3 (2, ping-pong) or 4 (0 with fp32 FFMA)");
+  static_assert(!kFma || (kDtype == kF32 && kNT == 1), "MMA=4 (FFMA): fp32 inputs, BLOCK_Q = 8 * WARPS_Q");
   static_assert(!kWgmma || kDtype == kF16 || kDtype == kBF16, "wgmma path: fp16 and bf16 only");
   static_assert(!kWgmma || kRowBytes == 128, "wgmma path: 128-byte row slices (BLOCK_K = 64), the SWIZZLE_128B atom");
   static_assert(!kWgmma || (kWarpsQ == 1 && (kWarpsN == 4 || kWarpsN == 8)), "wgmma path: WARPS_Q = 1, WARPS_N 4 or 8");
@@ -549,6 +552,7 @@ struct TopkBlock {
   using L = typename Tr::Layout;
   static constexpr int BN = Tr::kBlockN, BQ = Tr::kBlockQ, BK = Tr::kBlockK;
   static constexpr int MT = Tr::kMT, NT = Tr::kNT, R = Tr::kR, EPI = Tr::kEpiRows, SP = Tr::kScorePitch;
+  using Mma = WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false, false, Tr::kFma>;  // a warp's accumulators
 
   const SearchParams& p;
   unsigned char* smem;
@@ -767,7 +771,7 @@ struct TopkBlock {
 
   // The accumulators of the tile rows of epilogue pass `pass` -> the score tile ([query column][row], rows past n
   // as NaN, which never enters a list).
-  __device__ __forceinline__ void store_scores(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
+  __device__ __forceinline__ void store_scores(const Mma& mma, int tile,
                                                int pass) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
@@ -848,11 +852,11 @@ struct TopkBlock {
   }
   // The key of accumulator (mt, nt, 2 h + e) with the metric applied, whether or not its row is in the corpus
   // (key_raw), and as the lists see it: NaN for a row past n (key_of).
-  __device__ __forceinline__ float key_raw(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+  __device__ __forceinline__ float key_raw(const Mma& mma,
                                            const RowTerms& rt, int mt, int nt, int h, int e) const {
     return metric_key(mma.acc[mt][nt][2 * h + e], rt.nrm[mt][h]);
   }
-  __device__ __forceinline__ float key_of(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+  __device__ __forceinline__ float key_of(const Mma& mma,
                                           const RowTerms& rt, int mt, int nt, int h, int e) const {
     return rt.valid[mt][h] ? key_raw(mma, rt, mt, nt, h, e) : f32_nan();
   }
@@ -860,7 +864,7 @@ struct TopkBlock {
   // The bound passes' first step (thread lists' and MERGE=6's): each holder of a column's accumulators (8 lanes of
   // every warp row of the group) stores the largest of its keys of the tile (rows past n and NaN keys left out) at
   // scores + column * pitch + holder.
-  __device__ __forceinline__ void store_holder_maxima(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+  __device__ __forceinline__ void store_holder_maxima(const Mma& mma,
                                                       const RowTerms& rt, int pitch) {
     const int g = lane >> 2, t = lane & 3;
     const int holder = (warp_n % (Tr::kGroupWarps / Tr::kWarpsQ)) * 8 + g;
@@ -890,7 +894,7 @@ struct TopkBlock {
   // (the queue's slots: the queue is empty until the pre-check after this pass); a warp takes the k-th largest
   // of each of its columns' maxima and stores it as the column's bound. Columns with fewer than k rows that are
   // not NaN keep -inf (the store-and-scan path takes them).
-  __device__ __forceinline__ void bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+  __device__ __forceinline__ void bound_pass(const Mma& mma,
                                              const RowTerms& rt) {
     store_holder_maxima(mma, rt, SP);
     block_sync();
@@ -953,7 +957,7 @@ struct TopkBlock {
   // list. The column's bar is read once, before the first pass's barrier; its parts publish their new k-th keys
   // after the last pass, and part 0 clears the column's queue count (the next pre-check follows the next main
   // loop's barriers, or with MMA 2, 3 the barrier that opens the next epilogue).
-  __device__ __forceinline__ void store_and_scan(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
+  __device__ __forceinline__ void store_and_scan(const Mma& mma, int tile) {
     const int c = tl_col;
     const bool mine = tl_live;
     const float bar = mine ? list_bar(c) : -f32_inf();
@@ -1007,7 +1011,7 @@ struct TopkBlock {
   // (Warp-aggregated appends, a ballot per accumulator and one atomic per column and warp in uniform control flow,
   // were measured at 7b3fe87 and dropped: no faster at 50K / 100, 5% slower at 1M / 100, 1.7x slower on all-tie
   // input; results/similarity_probe_stream_aggregated.json.)
-  __device__ __forceinline__ void queue_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+  __device__ __forceinline__ void queue_epilogue(const Mma& mma,
                                                  int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
@@ -1150,7 +1154,7 @@ struct TopkBlock {
   // MERGE=5: every key of the tile (metric applied) to the dense key matrix, [nq][dense_ld], at column tile row
   // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
   // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
-  __device__ __forceinline__ void dense_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile) {
+  __device__ __forceinline__ void dense_epilogue(const Mma& mma, int tile) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     float* base = p.cand_key + static_cast<long long>(tile) * BN;
@@ -1193,7 +1197,7 @@ struct TopkBlock {
   // backed by the same k keys. A key below a bound some group set is beaten by k appended keys (ties included:
   // they are at least as large, and a key equal to the bar passes), so no key of the answer is dropped. Fewer
   // than k holders with a real key leave -inf (no bound); the launcher takes k <= 32 with MERGE=6.
-  __device__ __forceinline__ void filter_bound_pass(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma,
+  __device__ __forceinline__ void filter_bound_pass(const Mma& mma,
                                                     const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
@@ -1217,7 +1221,7 @@ struct TopkBlock {
   // global one per column and shuffle-selected bounds 14.9 and 6.1. This form (block-local bars, segments, bounds
   // selected per thread): 5.6 and 3.3; with the 8 holders of a column in a warp scanning their counts by shuffles
   // and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0 and 5.9.
-  __device__ __forceinline__ void filter_epilogue(const WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
+  __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile,
                                                   bool first) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
@@ -1286,7 +1290,7 @@ struct TopkBlock {
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
   // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it).
-  __device__ __forceinline__ void epilogue(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, int tile,
+  __device__ __forceinline__ void epilogue(Mma& mma, int tile,
                                            bool first) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
@@ -1428,7 +1432,7 @@ struct TopkBlock {
 
   // Issues the wgmma group of one slice (stage at a_tile: the corpus rows, then the query rows) and, for cosine /
   // l2, accumulates the rows' squared norms from the same stage while the MMAs run.
-  __device__ __forceinline__ void wgmma_slice(WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false>& mma, unsigned a_tile,
+  __device__ __forceinline__ void wgmma_slice(Mma& mma, unsigned a_tile,
                                               const LdsmLaneAddr<L, 1>& la) {
     const unsigned b_tile = a_tile + Tr::kATileBytes;
     // this warpgroup's m64 blocks: rows wg_row0 + mt * 64 of the A tile, 128 bytes per row
@@ -1542,6 +1546,18 @@ struct TopkBlock {
     }
   }
 
+  // MMA=4: FFMA columns for a warp whose n8 query tile has `real` queries (<= 0: padding only)
+  __device__ __forceinline__ static int fma_columns(int real) { return real <= 1 ? 1 : real <= 2 ? 2 : real <= 4 ? 4 : 8; }
+
+  // MMA=4: one slice's k-steps by FFMA over the first FQ query columns of the warp's n8 tile
+  template <int FQ>
+  __device__ __forceinline__ void fma_slice(Mma& mma, unsigned a_tile, unsigned b_tile, const LdsmLaneAddr<L, 1>& la,
+                                            const LdsmLaneAddr<L, 1>& lb) {
+#pragma unroll
+    for (int ks = 0; ks < Tr::kKSteps; ++ks)
+      mma.template fma_kstep<FQ>(a_tile, b_tile, la, lb, warp_n * Tr::kWarpN, warp_q * Tr::kWarpQ, ks, lane);
+  }
+
   __device__ __forceinline__ void run() {
     const int split = static_cast<int>(blockIdx.y);
     const int tile_begin = split * p.tiles_per_split;
@@ -1611,7 +1627,7 @@ struct TopkBlock {
     la.init(a_lane_row(lane), a_lane_half(lane));
     lb.init(b_lane_row(lane), b_lane_half(lane));
 
-    WarpMma<Tr::kDtype, MT, NT, Tr::kNorms, false> mma;
+    Mma mma;
     mma.zero();
 
     // Prologue: STAGES-1 slices in flight. Every thread commits a group per slot, loaded or not, so the
@@ -1688,13 +1704,22 @@ struct TopkBlock {
       }
     } else {
       int tile = tile_begin, kc = 0;
+      // MMA=4: this warp's real query columns, as FFMA columns 1, 2, 4 or 8 (padding columns score 0, never read)
+      const int fq = Tr::kFma ? fma_columns(p.nq - (q0 + warp_q * Tr::kWarpQ)) : 0;
       for (int it = 0; it < total; ++it) {
         const unsigned a_tile = begin_slice(it, total, ld_tile, ld_kc);
         const unsigned b_tile = a_tile + Tr::kATileBytes;
         const LdsmLaneAddr<L, 1> la_i = la.opaque(), lb_i = lb.opaque();
+        if constexpr (Tr::kFma) {
+          if (fq == 1) fma_slice<1>(mma, a_tile, b_tile, la_i, lb_i);
+          else if (fq == 2) fma_slice<2>(mma, a_tile, b_tile, la_i, lb_i);
+          else if (fq == 4) fma_slice<4>(mma, a_tile, b_tile, la_i, lb_i);
+          else fma_slice<8>(mma, a_tile, b_tile, la_i, lb_i);
+        } else {
 #pragma unroll
-        for (int ks = 0; ks < Tr::kKSteps; ++ks)
-          mma.kstep(a_tile, b_tile, la_i, lb_i, warp_n * Tr::kWarpN, warp_q * Tr::kWarpQ, ks, lane);
+          for (int ks = 0; ks < Tr::kKSteps; ++ks)
+            mma.kstep(a_tile, b_tile, la_i, lb_i, warp_n * Tr::kWarpN, warp_q * Tr::kWarpQ, ks, lane);
+        }
         if constexpr (Tr::kNorms) {
           if (warp_q == 0) {
 #pragma unroll
@@ -1702,6 +1727,12 @@ struct TopkBlock {
           }
         }
         if (++kc == KT) {
+          if constexpr (Tr::kFma) {
+            if (fq == 1) mma.template fma_finish<1>(lane);
+            else if (fq == 2) mma.template fma_finish<2>(lane);
+            else if (fq == 4) mma.template fma_finish<4>(lane);
+            else mma.template fma_finish<8>(lane);
+          }
           epilogue(mma, tile, tile == tile_begin);
           mma.zero();
           kc = 0;

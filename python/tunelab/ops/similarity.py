@@ -120,6 +120,17 @@ def wgmma_supported(arch: str) -> bool:
     return arch in WGMMA_ARCHS
 
 
+def uses_wgmma(config: Mapping[str, Any]) -> bool:
+    """True when a search config's main loop runs wgmma warpgroup tiles (``MMA`` 1, 2 and 3: sm_90, 16-bit inputs)."""
+    return bool(_S.topk_uses_wgmma(int(config.get("MMA", 0))))
+
+
+def uses_fma(config: Mapping[str, Any]) -> bool:
+    """True when a search config computes its fp32 products on the CUDA cores (``MMA=4``: FFMA instead of 3xTF32;
+    fp32 inputs, one n8 query tile per warp)."""
+    return bool(_S.topk_uses_fma(int(config.get("MMA", 0))))
+
+
 def uses_tma(config: Mapping[str, Any]) -> bool:
     """True when a search config's main loop is fed by the TMA producer warpgroup (``MMA`` 2 and 3), which reads
     rows 16 bytes at a time from 16-byte aligned pointers and row strides."""
@@ -142,7 +153,7 @@ def compile_arch(config: Mapping[str, Any], arch: str) -> str:
     """The NVRTC target for a search config on ``arch``: ``sm_90a`` for a wgmma config (``MMA`` 1, 2 or 3) on
     sm_90, ``arch`` otherwise; ConfigError when ``arch`` has no wgmma."""
     mma = int(config.get("MMA", 0))
-    if mma == 0:
+    if not uses_wgmma(config):
         return arch
     if not wgmma_supported(arch):
         raise ConfigError(f"similarity config MMA={mma} (wgmma warpgroup tiles) needs an sm_90 (Hopper) GPU; the "
@@ -366,12 +377,13 @@ def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limi
 def accumulators(config: Mapping[str, Any]) -> int:
     """fp32 accumulator registers per thread of a search config (wgmma: a warpgroup's m64 blocks x every query
     column, where ping-pong's warpgroup (MMA=3) has every row of its tiles; mma.sync: the warp tile's m16 x n8
-    blocks x 4)."""
+    blocks x 4; MMA=4 (FFMA): those and, per m16 block, partial sums of 2 rows x 8 query columns)."""
     c = config
-    if c.get("MMA", 0) >= 1:
+    if uses_wgmma(c):
         tile_warpgroups = max(1, c["WARPS_N"] // 4 // _S.topk_tile_groups(c["MMA"]))
         return (c["BLOCK_N"] // (64 * tile_warpgroups)) * (c["BLOCK_Q"] // 8) * 4
-    return (c["BLOCK_N"] // c["WARPS_N"] // 16) * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4
+    m16 = c["BLOCK_N"] // c["WARPS_N"] // 16
+    return m16 * (c["BLOCK_Q"] // c["WARPS_Q"] // 8) * 4 + (m16 * 16 if uses_fma(c) else 0)
 
 
 #: fp32 accumulators per thread above which configs spill (sm_90 sample: 128 spills, 104 and below do not).
@@ -420,7 +432,7 @@ def fit_config(config: Mapping[str, Any], k: int, dtype: str = "float16", limit:
             if cfg["WARPS_N"] * wq < 2:
                 cfg["WARPS_N"] = 2 if cfg["BLOCK_N"] % 32 == 0 else cfg["WARPS_N"]
             cfg.update(BLOCK_Q=new_bq, WARPS_Q=max(1, wq))
-        elif cfg["MMA"]:  # the wgmma rules allow nothing smaller; mma.sync goes on (2 stages, thinner slices)
+        elif uses_wgmma(cfg):  # the wgmma rules allow nothing smaller; mma.sync goes on (2 stages, thinner slices)
             cfg = _with_mma(cfg, 0)
         elif cfg["BLOCK_K"] * eb > 64:  # thinner pipeline slices
             cfg["BLOCK_K"] //= 2

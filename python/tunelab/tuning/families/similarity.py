@@ -97,7 +97,7 @@ _DESCRIPTIONS = {
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
-           "ping-pong warpgroups (sm_90)",
+           "ping-pong warpgroups (1..3: sm_90, 16-bit inputs); 4 = 0 with fp32 products by FFMA (fp32, few queries)",
 }
 
 
@@ -162,15 +162,16 @@ def accumulators(c: Mapping[str, Any]) -> int:
     return _ops().accumulators(c)
 
 
-def launcher_accepts_wgmma(dtype: str, metric: str) -> Callable[[Mapping[str, Any]], bool]:
-    """Constraint predicate for the wgmma main loops' rules (``MMA=1`` and ``2``: 16-bit inputs, 128-byte row
-    slices, WARPS_Q = 1, WARPS_N 4 or 8; ``MMA=1``: STAGES >= 3): the launcher's own check (``topk_validate``),
-    whose ConfigError names the broken rule and becomes the rejection's reason. ``MMA=0`` configs pass."""
+def launcher_accepts_main_loop(dtype: str, metric: str) -> Callable[[Mapping[str, Any]], bool]:
+    """Constraint predicate for the main loops' rules (wgmma, ``MMA`` 1..3: 16-bit inputs, 128-byte row slices,
+    WARPS_Q = 1, WARPS_N 4 or 8, ...; FFMA, ``MMA=4``: fp32 inputs, BLOCK_Q = 8 * WARPS_Q): the launcher's own check
+    (``topk_validate``), whose ConfigError names the broken rule and becomes the rejection's reason. ``MMA=0``
+    configs pass."""
     ops = _ops()
     dtype_code, metric_code = ops.DTYPE_CODES[long_name(dtype)], ops.METRICS[metric]
 
     def accepts(c: Mapping[str, Any]) -> bool:
-        if c["MMA"] >= 1:
+        if c["MMA"] != 0:
             error = ops._S.topk_config_error({n: c[n] for n in ops.PARAM_NAMES if n in c}, dtype_code, metric_code)
             if error:
                 raise ConfigError(error)
@@ -228,7 +229,8 @@ def build_space(problem: Any) -> SearchSpace:
         Param("MERGE", merge_choices(p), ordered=False, description=_DESCRIPTIONS["MERGE"]),
         Param("EPI_ROWS", [64, 128], description=_DESCRIPTIONS["EPI_ROWS"]),
         Param("MIN_BLOCKS", [1, 2], description=_DESCRIPTIONS["MIN_BLOCKS"]),
-        Param("MMA", [0, 1, 2, 3], ordered=False, description=_DESCRIPTIONS["MMA"]),
+        # fp32 runs on mma.sync (3xTF32) or FFMA; 16-bit inputs on mma.sync or the wgmma loops
+        Param("MMA", [0, 4] if p.dtype == "fp32" else [0, 1, 2, 3], ordered=False, description=_DESCRIPTIONS["MMA"]),
     ]
     eb = p.element_bytes
     metric = p.metric
@@ -260,9 +262,10 @@ def build_space(problem: Any) -> SearchSpace:
         Constraint("thread_lists_threads", lambda c: c["MERGE"] not in (3, 4) or c["THREADS"] >= c["BLOCK_Q"],
                    "thread lists (MERGE 3, 4) need a thread per query column (THREADS >= BLOCK_Q)",
                    code="static.threads"),
-        Constraint("wgmma_rules", launcher_accepts_wgmma(p.dtype, metric),
+        Constraint("main_loop_rules", launcher_accepts_main_loop(p.dtype, metric),
                    "MMA 1..3 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
-                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 .. 6)",
+                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 .. 6); MMA=4 fp32 inputs and "
+                   "BLOCK_Q = 8 * WARPS_Q",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
@@ -295,7 +298,7 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
         # buffers per query
         scratch, meta, lists = warps * epi * 8, bq * 16 + c["WARPS_N"] * bq * 4, 2 * bq * k * 8
     # MMA 2, 3: full[] and empty[] of the TMA ring; MMA=3: and order[2]
-    mbarriers = 16 * c["STAGES"] + (16 if mma == 3 else 0) if mma >= 2 else 0
+    mbarriers = 16 * c["STAGES"] + (16 if mma == 3 else 0) if mma in (2, 3) else 0
     static = c["STAGES"] * (c["BLOCK_N"] + q_rows) * row + score + scratch + norms + meta + mbarriers
     return static + lists
 
@@ -476,7 +479,7 @@ class SimilarityFamily(TunableFamily):
             tma = f" (MMA={config['MMA']} reads rows by TMA, 16 bytes at a time)" if _ops().uses_tma(config) else ""
             out.append(Rejection("static.problem", f"d={p.d} x {p.element_bytes} bytes is not a multiple of "
                                                    f"VEC={config['VEC']}{tma}"))
-        if config.get("MMA", 0) >= 1 and not _ops().wgmma_supported(arch):
+        if _ops().uses_wgmma(config) and not _ops().wgmma_supported(arch):
             out.append(Rejection("static.arch", f"MMA={config['MMA']} (wgmma) runs on sm_90 only; the target is "
                                                 f"{arch}"))
         return out

@@ -1,0 +1,141 @@
+"""fp32 searches of few queries: products by FFMA on the CUDA cores (MMA=4) against 3xTF32 on the tensor cores (MMA=0).
+
+At nq <= 8 the fp32 main loop is bound by its instructions, not by HBM: 3xTF32 splits every corpus element into two
+tf32 halves (4 instructions) and runs 3 MMAs per m16n8k8 step for one useful query column in eight
+(results/ncu_similarity_fp32_nq1_h100.txt, similarity_fp32_compute.py). On the H200 that kept fp32 10M / nq = 1 at
+0.89x torch's GEMV (results/similarity.json at 3e59260). MMA=4 keeps MMA 0's tiles and cp.async ring but multiplies
+with FFMA, only for the warp's real query columns (1, 2, 4 or 8): per k-step two ldmatrix, 2 shuffles and 4 FFMAs
+per m16 block and column. This script measures, for each nq in ``--nqs`` (fp32, d = 768, k = 10, inner product):
+
+  rate    each config over an L2-resident corpus (``--rate-n`` rows, 38 MB at 12288) on 8 blocks, back to back without
+          an L2 flush (the instruction ceiling, as similarity_fp32_compute.py), in GB/s per busy SM, next to a kernel
+          that only reads the same bytes on every SM
+  search  for each N in ``--ns``, interleaved rounds with the core's protocol (L2 flush, CUDA events;
+          similarity_dense.time_all): torch.topk(Q @ C.T), the default config (default_config(nq, n=N), 3xTF32) and
+          the same config with MMA=4; the index sets of both against a float64 reference on the same inputs
+
+Results: benchmarks/results/similarity_fp32_fma[_TAG].json (environment fingerprint inside); a table last.
+
+    python3 benchmarks/similarity_fp32_fma.py [--nqs 1,2,4,8] [--ns 50000,1000000,10000000] [--tag h100]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+
+D, K = 768, 10
+
+
+def reference_agreement(q, c, indices) -> float:
+    """Fraction of the top-k index sets shared with a float64 reference (the same rows, any order): the fp32 scores'
+    256 best rows of each query, rescored in float64 (their rounding cannot move a top-10 row past 256 places)."""
+    import torch
+
+    cand = (q @ c.T).topk(256, dim=1).indices
+    s = torch.einsum("qd,qkd->qk", q.double(), c[cand].double())
+    ref = torch.gather(cand, 1, s.topk(K, dim=1).indices)
+    same = [len(set(a.tolist()) & set(b.tolist())) for a, b in zip(indices.cpu(), ref.cpu())]
+    return sum(same) / (K * len(same))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nqs", default="1,2,4,8", help="comma-separated query counts (1..8)")
+    ap.add_argument("--ns", default="50000,1000000,10000000", help="comma-separated corpus sizes for the search rows")
+    ap.add_argument("--rate-n", type=int, default=12288, help="rows of the L2-resident corpus of the rate rows")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the search rows")
+    ap.add_argument("--budget-s", type=float, default=1.5, help="seconds of samples per shape and round set")
+    ap.add_argument("--tag", default="", help="suffix of the results file")
+    args = ap.parse_args()
+    nqs = [int(x) for x in args.nqs.split(",")]
+    ns = [int(x) for x in args.ns.split(",")]
+    if any(not 1 <= x <= 8 for x in nqs):
+        ap.error(f"--nqs {nqs}: MMA=4 is for few queries; pass counts 1..8")
+    import torch
+
+    from similarity_dense import Prepared, time_all
+    from tunelab.ops import similarity as sim
+    from tunelab.stats import speedup_ci
+    from tunelab.timing import time_callable
+    from tunelab.tuning.families.similarity import torch_topk
+
+    clock = warm_up_gpu()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    reader = corpus_reader()
+    rate_rows, search_rows = [], []
+    for nq in nqs:  # the instruction ceiling: an L2-resident corpus, no flush
+        q, c = draw_search_inputs(nq, args.rate_n, D, torch.float32, seed=nq)
+        nbytes = c.numel() * 4
+        if nbytes > props.L2_cache_size * 0.8:
+            raise SystemExit(f"--rate-n {args.rate_n}: {nbytes / 1e6:.0f} MB of fp32 corpus exceeds 80% of the "
+                             f"{props.L2_cache_size / 1e6:.0f} MB L2")
+        base = sim.default_config(nq, K, "float32", D, n=args.rate_n)
+        row = {"nq": nq, "n": args.rate_n, "corpus_bytes": nbytes}
+        for name, cfg in (("3xtf32", dict(base, MMA=0)), ("fma", dict(base, MMA=4))):
+            prep = Prepared(cfg, q, c, splits=8)
+            stream = int(torch.cuda.current_stream().cuda_stream)
+            t = summarize(time_callable(lambda: prep.search(stream), warmup=20, samples=200, flush_l2=False))
+            busy = prep.plan["q_tiles"] * prep.plan["splits"]
+            row[name] = {"us": t, "config": prep.config, "busy_sms": busy,
+                         "GBps_per_busy_sm": nbytes / busy / t["median"] / 1e3}
+        t = summarize(time_callable(reader(c), warmup=20, samples=200, flush_l2=False))
+        row["read"] = {"us": t, "GBps_per_sm": nbytes / props.multi_processor_count / t["median"] / 1e3}
+        rate_rows.append(row)
+        print(f"rate nq={nq}: 3xTF32 {row['3xtf32']['GBps_per_busy_sm']:.1f}, FMA {row['fma']['GBps_per_busy_sm']:.1f}"
+              f" GB/s per busy SM (read {row['read']['GBps_per_sm']:.1f} per SM)", flush=True)
+        del q, c
+    for n in ns:
+        for nq in nqs:
+            q, c = draw_search_inputs(nq, n, D, torch.float32, seed=n + nq)
+            base = sim.default_config(nq, K, "float32", D, n=n)
+            preps = {"3xtf32": Prepared(dict(base, MMA=0), q, c), "fma": Prepared(dict(base, MMA=4), q, c)}
+            agree = {}
+            for name, p in preps.items():
+                p()
+                torch.cuda.synchronize()
+                agree[name] = reference_agreement(q, c, p.indices)
+            times, graph = time_all({"torch": torch_topk(q, c, K, "ip"), **preps}, budget_s=args.budget_s,
+                                    rounds=args.rounds)
+            row = {"nq": nq, "n": n, "timer": "cuda_graph" if graph else "events", "hbm_bytes": c.numel() * 4,
+                   "variants": {}}
+            for name, s in times.items():
+                v = {"us": summarize(s)}
+                if name != "torch":
+                    for ref in ("torch", "3xtf32"):
+                        sp = speedup_ci(times[ref], s, paired=False, n_resamples=2000, seed=0)
+                        v[f"speedup_vs_{ref}"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+                    v.update(config=preps[name].config, splits=preps[name].plan["splits"],
+                             reference_agreement=agree[name])
+                v["read_TBps"] = row["hbm_bytes"] / v["us"]["median"] / 1e6
+                row["variants"][name] = v
+            search_rows.append(row)
+            vv = row["variants"]
+            print(f"N={n:>8} nq={nq}: torch {vv['torch']['us']['median']:.1f}  3xTF32 "
+                  f"{vv['3xtf32']['us']['median']:.1f}  FMA {vv['fma']['us']['median']:.1f} us  (FMA "
+                  f"{vv['fma']['speedup_vs_3xtf32']['estimate']:.3f}x 3xTF32, {vv['fma']['speedup_vs_torch']['estimate']:.3f}x "
+                  f"torch; agreement {agree['3xtf32']:.4f} / {agree['fma']:.4f})", flush=True)
+            del preps, q, c
+            torch.cuda.empty_cache()
+    path = write_result("similarity_fp32_fma" + (f"_{args.tag}" if args.tag else ""),
+                        {"d": D, "k": K, "metric": "ip", "sm_mhz_after_warmup": clock, "rate": rate_rows,
+                         "search": search_rows})
+    print(f"wrote {path}")
+    print(f"{'nq':>3} {'rate GB/s/SM 3xTF32':>20} {'FMA':>7} {'read':>7}")
+    for r in rate_rows:
+        print(f"{r['nq']:>3} {r['3xtf32']['GBps_per_busy_sm']:>20.1f} {r['fma']['GBps_per_busy_sm']:>7.1f} "
+              f"{r['read']['GBps_per_sm']:>7.1f}")
+    print(f"{'N':>9} {'nq':>3} {'torch us':>10} {'3xTF32':>10} {'FMA':>10} {'FMA/3xTF32':>11} {'FMA/torch':>10} {'TB/s':>6}")
+    for r in search_rows:
+        v = r["variants"]
+        print(f"{r['n']:>9} {r['nq']:>3} {v['torch']['us']['median']:>10.1f} {v['3xtf32']['us']['median']:>10.1f} "
+              f"{v['fma']['us']['median']:>10.1f} {v['fma']['speedup_vs_3xtf32']['estimate']:>11.3f} "
+              f"{v['fma']['speedup_vs_torch']['estimate']:>10.3f} {v['fma']['read_TBps']:>6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
