@@ -302,6 +302,13 @@ def test_fma_main_loop_rules_space_and_compile():
     assert fam.static_gates(dict(fma, BLOCK_N=128), SearchProblem(4, 1_000_000, 768, 10, "fp32"), arch="sm_80") == []
     fp16 = fam.space(SearchProblem(4, 1_000_000, 768, 10, "fp16"))
     assert 4 not in fp16.params[fp16.names.index("MMA")].choices
+    # the default rule: fp32 with at most FMA_MAX_NQ queries on sm_90, whatever N (streamed searches pass none)
+    for nq in range(1, 10):
+        for n in (1000, 50_000, 10_000_000, None):
+            want = 4 if nq <= sim.FMA_MAX_NQ else 0
+            assert sim.default_config(nq, 10, "float32", 768, arch="sm_90", n=n)["MMA"] == want, (nq, n)
+            assert sim.default_config(nq, 10, "float32", 768, arch="sm_80", n=n)["MMA"] == 0, (nq, n)
+            assert sim.default_config(nq, 10, "float16", 768, arch="sm_90", n=n)["MMA"] != 4, (nq, n)
     for arch in ("sm_90", "sm_80"):
         for cfg, metric in ((fma, "ip"), (dict(fma, BLOCK_N=128, BLOCK_Q=16, WARPS_N=4, WARPS_Q=2, MERGE=5), "l2"),
                             (dict(fma, BLOCK_N=128, BLOCK_K=32, WARPS_N=4, STAGES=2, MERGE=3, EPI_ROWS=64), "cosine")):
@@ -717,9 +724,11 @@ def test_dense_search_for_few_queries_over_small_corpora():
         assert (c100["MERGE"], c100["MMA"], c100["BLOCK_N"], c100["STAGES"]) == (sim.MERGE_DENSE, 0, 128, 3), c100
         for fused in (cfg(nq, 131072), cfg(nq, 65536, k=33), cfg(nq, None)):
             assert fused["MERGE"] != sim.MERGE_DENSE, (nq, fused)
-        # fp32 and sm_80 keep the fused few-query config exactly
-        for c, bn in ((cfg(nq, 65536, dt="float32"), 256), (cfg(nq, 65536, arch="sm_80"), 128)):
-            assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["BLOCK_Q"], c["STAGES"]) == (2, 0, bn, 8, 3), (nq, c)
+        # fp32 and sm_80 keep the fused few-query config exactly (fp32 on sm_90 with its products by FFMA up to
+        # FMA_MAX_NQ queries)
+        for c, bn, mma in ((cfg(nq, 65536, dt="float32"), 256, 4 if nq <= sim.FMA_MAX_NQ else 0),
+                           (cfg(nq, 65536, arch="sm_80"), 128, 0)):
+            assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["BLOCK_Q"], c["STAGES"]) == (2, mma, bn, 8, 3), (nq, c)
     for n, dt, metric in ((32768, "float16", "cosine"), (65536, "bfloat16", "l2")):
         c = cfg(8, n, dt=dt)
         r = sim.compile_search(c, dtype=dt, metric=metric, arch="sm_90").resources

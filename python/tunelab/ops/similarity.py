@@ -22,12 +22,15 @@ Search semantics:
   order is total, so the result is deterministic and does not depend on the config, the number of splits or the
   chunking of a streamed corpus (a streamed search returns bit-identical results to an in-memory one).
 * Arithmetic: fp16/bf16 products are exact and accumulate in fp32 (tensor cores); fp32 inputs use 3xTF32 tensor
-  cores, accurate to fp32 level, so indices agree with an fp32 reference up to ties within fp32 rounding.
+  cores, accurate to fp32 level, so indices agree with an fp32 reference up to ties within fp32 rounding; configs
+  with ``MMA=4`` (the sm_90 default for fp32 searches of a few queries, see :func:`default_config`) multiply and
+  add in plain fp32 on the CUDA cores instead.
 * Range: fp32 elements above ~4.15e34 in magnitude (above ~1.8e19 for cosine and l2, whose squared norms overflow)
   are out of range: the split of an element into its two tf32 halves, or the norm, overflows. A corpus row holding
   one scores NaN (never returned), a query holding one has every score NaN (all k entries missing); ip configs
   whose warp tiles keep more than 112 accumulators (explicit ones only: defaults and tuned configs stay at or
-  below) split the other way and give a finite but meaningless score instead. An inf element makes the score NaN.
+  below) split the other way and give a finite but meaningless score instead. ``MMA=4`` has no split: any finite
+  element scores as fp32 arithmetic gives it, and a score that overflows is NaN. An inf element makes the score NaN.
 * Rows with a NaN score never enter the results; if fewer than k rows are left, the missing entries have index
   -1 and score -inf (ip, cosine) or +inf (l2).
 * 1 <= k <= min(N, 1024) (on GPUs with ~100 KiB of shared memory per block, sm_86/89, k up to ~380: the
@@ -217,6 +220,11 @@ SHORT_TILES_MAX_N = 262144
 FEW_QUERIES_MMA_DENSE_MAX_N = 32768
 
 
+#: fp32 searches of at most this many queries take the FFMA main loop (``MMA=4``) by default on sm_90 (see
+#: :func:`default_config`).
+FMA_MAX_NQ = 2
+
+
 def dense_bytes(nq: int, n: int) -> int:
     """Bytes of the dense key matrix of a ``MERGE=5`` search: nq rows of :func:`dense_ld` floats."""
     return int(nq) * dense_ld(n) * 4
@@ -248,6 +256,17 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       35.1 at 32K (where the ping-pong loop would take 31.9, but 21.7 at 25K), then with the ping-pong loop 32.2
       against 37.0 at 34K, 36.5 against 40.6 at 40K, 42.8 against 46.1 at 50K, 52.4 against 54.7 at 64K; from
       100K the fused default wins (71.8 against 75.7 at 100K).
+    * fp32 with nq <= :data:`FMA_MAX_NQ` on sm_90: the same tiles with the products by FFMA (``MMA=4``) instead of
+      3xTF32, which splits every corpus element into tf32 halves and runs 3 MMAs for one useful query column in
+      eight, so that its instructions bound it below the H200's HBM rate (10M / nq = 1 read 0.89x torch at
+      3e59260). Measured on an H100 (benchmarks/similarity_fp32_fma.py, results/similarity_fp32_fma_h100.json):
+      over an L2-resident corpus it consumes 44.1 against 33.1 GB/s per SM at nq = 1, 42.8 against 33.0 at 2,
+      38.9 against 33.2 at 4 and 31.1 against 33.4 at 8 (the H200's HBM gives each SM ~35); under the protocol,
+      where the H100's HBM (23.6 GB/s per SM at 10M) bounds both, 1.001-1.003x at 1M and 10M for nq <= 4,
+      1.010x at 50K for nq <= 2, but 0.987x at 50K / 4 and 0.97-0.99x at nq = 8. So the rule stops at 2 queries
+      (it does not depend on N, so a streamed search keeps the in-memory one's arithmetic and answer); 3 and 4 are
+      the tuner's (its fp32 space offers MMA 0 and 4). sm_8x keeps 3xTF32 (not measured there; its SMs have half
+      the FFMA lanes).
     * 8 < nq <= 112 (memory-bound at large N, arithmetic close behind): all queries of a block in one tile
       (BLOCK_Q = nq rounded up to 16), 256-row tiles, 4 x 2 warps of 64 rows x BLOCK_Q/2 queries, 128-byte
       slices, 3 stages.
@@ -325,7 +344,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(128, 8, 64, 8, 1, 5, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 8:
         short = not big or (eb == 2 and n is not None and n <= SHORT_TILES_MAX_N)
-        cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3)
+        fma = eb == 4 and sm90 and nq <= FMA_MAX_NQ  # fp32 products by FFMA
+        cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3, mma=4 if fma else 0)
     elif nq <= 112 and dense and wgmma:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 112 and dense and eb == 4:
