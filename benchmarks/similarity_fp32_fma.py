@@ -12,7 +12,9 @@ per m16 block and column. This script measures, for each nq in ``--nqs`` (fp32, 
           that only reads the same bytes on every SM
   search  for each N in ``--ns``, interleaved rounds with the core's protocol (L2 flush, CUDA events;
           similarity_dense.time_all): torch.topk(Q @ C.T), the default config (default_config(nq, n=N), 3xTF32) and
-          the same config with MMA=4; the index sets of both against a float64 reference on the same inputs
+          the same config with MMA=4 (with ``--short-tiles`` also MMA=4 on 128-row tiles, "fma-128": at 50K the
+          256-row tiles make 98 splits of two and leave 34 of 132 SMs idle); the index sets of each against a
+          float64 reference on the same inputs
 
 Results: benchmarks/results/similarity_fp32_fma[_TAG].json (environment fingerprint inside); a table last.
 
@@ -49,6 +51,8 @@ def main() -> int:
     ap.add_argument("--rate-n", type=int, default=12288, help="rows of the L2-resident corpus of the rate rows")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the search rows")
     ap.add_argument("--budget-s", type=float, default=1.5, help="seconds of samples per shape and round set")
+    ap.add_argument("--short-tiles", action="store_true", help="also time MMA=4 with 128-row tiles (fma-128)")
+    ap.add_argument("--no-rate", action="store_true", help="skip the L2-resident rate rows")
     ap.add_argument("--tag", default="", help="suffix of the results file")
     args = ap.parse_args()
     nqs = [int(x) for x in args.nqs.split(",")]
@@ -67,7 +71,7 @@ def main() -> int:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     reader = corpus_reader()
     rate_rows, search_rows = [], []
-    for nq in nqs:  # the instruction ceiling: an L2-resident corpus, no flush
+    for nq in ([] if args.no_rate else nqs):  # the instruction ceiling: an L2-resident corpus, no flush
         q, c = draw_search_inputs(nq, args.rate_n, D, torch.float32, seed=nq)
         nbytes = c.numel() * 4
         if nbytes > props.L2_cache_size * 0.8:
@@ -93,6 +97,8 @@ def main() -> int:
             q, c = draw_search_inputs(nq, n, D, torch.float32, seed=n + nq)
             base = sim.default_config(nq, K, "float32", D, n=n)
             preps = {"3xtf32": Prepared(dict(base, MMA=0), q, c), "fma": Prepared(dict(base, MMA=4), q, c)}
+            if args.short_tiles:
+                preps["fma-128"] = Prepared(dict(base, MMA=4, BLOCK_N=128), q, c)
             agree = {}
             for name, p in preps.items():
                 p()
@@ -105,7 +111,7 @@ def main() -> int:
             for name, s in times.items():
                 v = {"us": summarize(s)}
                 if name != "torch":
-                    for ref in ("torch", "3xtf32"):
+                    for ref in ("torch", "3xtf32") + (("fma",) if name == "fma-128" else ()):
                         sp = speedup_ci(times[ref], s, paired=False, n_resamples=2000, seed=0)
                         v[f"speedup_vs_{ref}"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
                     v.update(config=preps[name].config, splits=preps[name].plan["splits"],
@@ -116,24 +122,30 @@ def main() -> int:
             vv = row["variants"]
             print(f"N={n:>8} nq={nq}: torch {vv['torch']['us']['median']:.1f}  3xTF32 "
                   f"{vv['3xtf32']['us']['median']:.1f}  FMA {vv['fma']['us']['median']:.1f} us  (FMA "
-                  f"{vv['fma']['speedup_vs_3xtf32']['estimate']:.3f}x 3xTF32, {vv['fma']['speedup_vs_torch']['estimate']:.3f}x "
-                  f"torch; agreement {agree['3xtf32']:.4f} / {agree['fma']:.4f})", flush=True)
+                  f"{vv['fma']['speedup_vs_3xtf32']['estimate']:.3f}x 3xTF32, "
+                  f"{vv['fma']['speedup_vs_torch']['estimate']:.3f}x torch; agreement {agree['3xtf32']:.4f} / "
+                  f"{agree['fma']:.4f})" + (f"; fma-128 {vv['fma-128']['us']['median']:.1f} us"
+                                            if "fma-128" in vv else ""), flush=True)
             del preps, q, c
             torch.cuda.empty_cache()
     path = write_result("similarity_fp32_fma" + (f"_{args.tag}" if args.tag else ""),
                         {"d": D, "k": K, "metric": "ip", "sm_mhz_after_warmup": clock, "rate": rate_rows,
                          "search": search_rows})
     print(f"wrote {path}")
-    print(f"{'nq':>3} {'rate GB/s/SM 3xTF32':>20} {'FMA':>7} {'read':>7}")
+    if rate_rows:
+        print(f"{'nq':>3} {'rate GB/s/SM 3xTF32':>20} {'FMA':>7} {'read':>7}")
     for r in rate_rows:
         print(f"{r['nq']:>3} {r['3xtf32']['GBps_per_busy_sm']:>20.1f} {r['fma']['GBps_per_busy_sm']:>7.1f} "
               f"{r['read']['GBps_per_sm']:>7.1f}")
-    print(f"{'N':>9} {'nq':>3} {'torch us':>10} {'3xTF32':>10} {'FMA':>10} {'FMA/3xTF32':>11} {'FMA/torch':>10} {'TB/s':>6}")
+    print(f"{'N':>9} {'nq':>3} {'torch us':>10} {'3xTF32':>10} {'FMA':>10} {'FMA/3xTF32':>11} {'FMA/torch':>10} "
+          f"{'TB/s':>6}" + (f" {'FMA-128 us':>10} {'/FMA':>6}" if args.short_tiles else ""))
     for r in search_rows:
         v = r["variants"]
         print(f"{r['n']:>9} {r['nq']:>3} {v['torch']['us']['median']:>10.1f} {v['3xtf32']['us']['median']:>10.1f} "
               f"{v['fma']['us']['median']:>10.1f} {v['fma']['speedup_vs_3xtf32']['estimate']:>11.3f} "
-              f"{v['fma']['speedup_vs_torch']['estimate']:>10.3f} {v['fma']['read_TBps']:>6.2f}")
+              f"{v['fma']['speedup_vs_torch']['estimate']:>10.3f} {v['fma']['read_TBps']:>6.2f}"
+              + (f" {v['fma-128']['us']['median']:>10.1f} {v['fma']['us']['median'] / v['fma-128']['us']['median']:>6.3f}"
+                 if "fma-128" in v else ""))
     return 0
 
 

@@ -771,8 +771,7 @@ struct TopkBlock {
 
   // The accumulators of the tile rows of epilogue pass `pass` -> the score tile ([query column][row], rows past n
   // as NaN, which never enters a list).
-  __device__ __forceinline__ void store_scores(const Mma& mma, int tile,
-                                               int pass) {
+  __device__ __forceinline__ void store_scores(const Mma& mma, int tile, int pass) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
 #pragma unroll
@@ -852,20 +851,17 @@ struct TopkBlock {
   }
   // The key of accumulator (mt, nt, 2 h + e) with the metric applied, whether or not its row is in the corpus
   // (key_raw), and as the lists see it: NaN for a row past n (key_of).
-  __device__ __forceinline__ float key_raw(const Mma& mma,
-                                           const RowTerms& rt, int mt, int nt, int h, int e) const {
+  __device__ __forceinline__ float key_raw(const Mma& mma, const RowTerms& rt, int mt, int nt, int h, int e) const {
     return metric_key(mma.acc[mt][nt][2 * h + e], rt.nrm[mt][h]);
   }
-  __device__ __forceinline__ float key_of(const Mma& mma,
-                                          const RowTerms& rt, int mt, int nt, int h, int e) const {
+  __device__ __forceinline__ float key_of(const Mma& mma, const RowTerms& rt, int mt, int nt, int h, int e) const {
     return rt.valid[mt][h] ? key_raw(mma, rt, mt, nt, h, e) : f32_nan();
   }
 
   // The bound passes' first step (thread lists' and MERGE=6's): each holder of a column's accumulators (8 lanes of
   // every warp row of the group) stores the largest of its keys of the tile (rows past n and NaN keys left out) at
   // scores + column * pitch + holder.
-  __device__ __forceinline__ void store_holder_maxima(const Mma& mma,
-                                                      const RowTerms& rt, int pitch) {
+  __device__ __forceinline__ void store_holder_maxima(const Mma& mma, const RowTerms& rt, int pitch) {
     const int g = lane >> 2, t = lane & 3;
     const int holder = (warp_n % (Tr::kGroupWarps / Tr::kWarpsQ)) * 8 + g;
 #pragma unroll
@@ -894,8 +890,7 @@ struct TopkBlock {
   // (the queue's slots: the queue is empty until the pre-check after this pass); a warp takes the k-th largest
   // of each of its columns' maxima and stores it as the column's bound. Columns with fewer than k rows that are
   // not NaN keep -inf (the store-and-scan path takes them).
-  __device__ __forceinline__ void bound_pass(const Mma& mma,
-                                             const RowTerms& rt) {
+  __device__ __forceinline__ void bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, SP);
     block_sync();
     // (with ping-pong the other group may raise a part's bar meanwhile); padding columns get no bound
@@ -1011,8 +1006,7 @@ struct TopkBlock {
   // (Warp-aggregated appends, a ballot per accumulator and one atomic per column and warp in uniform control flow,
   // were measured at 7b3fe87 and dropped: no faster at 50K / 100, 5% slower at 1M / 100, 1.7x slower on all-tie
   // input; results/similarity_probe_stream_aggregated.json.)
-  __device__ __forceinline__ void queue_epilogue(const Mma& mma,
-                                                 int tile, bool first) {
+  __device__ __forceinline__ void queue_epilogue(const Mma& mma, int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
     const RowTerms rt = row_terms(tile);
@@ -1197,8 +1191,7 @@ struct TopkBlock {
   // backed by the same k keys. A key below a bound some group set is beaten by k appended keys (ties included:
   // they are at least as large, and a key equal to the bar passes), so no key of the answer is dropped. Fewer
   // than k holders with a real key leave -inf (no bound); the launcher takes k <= 32 with MERGE=6.
-  __device__ __forceinline__ void filter_bound_pass(const Mma& mma,
-                                                    const RowTerms& rt) {
+  __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
     select_bounds(
@@ -1221,8 +1214,7 @@ struct TopkBlock {
   // global one per column and shuffle-selected bounds 14.9 and 6.1. This form (block-local bars, segments, bounds
   // selected per thread): 5.6 and 3.3; with the 8 holders of a column in a warp scanning their counts by shuffles
   // and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0 and 5.9.
-  __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile,
-                                                  bool first) {
+  __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
@@ -1290,8 +1282,7 @@ struct TopkBlock {
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
   // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it).
-  __device__ __forceinline__ void epilogue(Mma& mma, int tile,
-                                           bool first) {
+  __device__ __forceinline__ void epilogue(Mma& mma, int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
     // MMA 0 and 1 pass block barriers in every main-loop slice, so the previous tile's epilogue is over everywhere
@@ -1432,8 +1423,7 @@ struct TopkBlock {
 
   // Issues the wgmma group of one slice (stage at a_tile: the corpus rows, then the query rows) and, for cosine /
   // l2, accumulates the rows' squared norms from the same stage while the MMAs run.
-  __device__ __forceinline__ void wgmma_slice(Mma& mma, unsigned a_tile,
-                                              const LdsmLaneAddr<L, 1>& la) {
+  __device__ __forceinline__ void wgmma_slice(Mma& mma, unsigned a_tile, const LdsmLaneAddr<L, 1>& la) {
     const unsigned b_tile = a_tile + Tr::kATileBytes;
     // this warpgroup's m64 blocks: rows wg_row0 + mt * 64 of the A tile, 128 bytes per row
     const unsigned a_wg = a_tile + static_cast<unsigned>(wg_row0 * 128);
@@ -1547,7 +1537,9 @@ struct TopkBlock {
   }
 
   // MMA=4: FFMA columns for a warp whose n8 query tile has `real` queries (<= 0: padding only)
-  __device__ __forceinline__ static int fma_columns(int real) { return real <= 1 ? 1 : real <= 2 ? 2 : real <= 4 ? 4 : 8; }
+  __device__ __forceinline__ static int fma_columns(int real) {
+    return real <= 1 ? 1 : real <= 2 ? 2 : real <= 4 ? 4 : 8;
+  }
 
   // MMA=4: one slice's k-steps by FFMA over the first FQ query columns of the warp's n8 tile
   template <int FQ>
