@@ -263,7 +263,9 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       over an L2-resident corpus it consumes 44.1 against 33.1 GB/s per SM at nq = 1, 42.8 against 33.0 at 2,
       38.9 against 33.2 at 4 and 31.1 against 33.4 at 8 (the H200's HBM gives each SM ~35); under the protocol,
       where the H100's HBM (23.6 GB/s per SM at 10M) bounds both, 1.001-1.003x at 1M and 10M for nq <= 4,
-      1.010x at 50K for nq <= 2, but 0.987x at 50K / 4 and 0.97-0.99x at nq = 8. So the rule stops at 2 queries
+      1.010x at 50K for nq <= 2, but 0.987x at 50K / 4 and 0.97-0.99x at nq = 8; on the H200
+      (results/similarity_fp32_fma_h200.json) 1.010x and 1.026x at 10M for nq = 1 and 2 (4.67 TB/s), 1.042x and
+      1.028x at 50K, 0.99-1.005x at nq = 4, 0.90-0.94x at nq = 8. So the rule stops at 2 queries
       (it does not depend on N, so a streamed search keeps the in-memory one's arithmetic and answer); 3 and 4 are
       the tuner's (its fp32 space offers MMA 0 and 4). sm_8x keeps 3xTF32 (not measured there; its SMs have half
       the FFMA lanes).
