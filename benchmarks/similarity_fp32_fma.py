@@ -3,7 +3,7 @@
 At nq <= 8 the fp32 main loop is bound by its instructions, not by HBM: 3xTF32 splits every corpus element into two
 tf32 halves (4 instructions) and runs 3 MMAs per m16n8k8 step for one useful query column in eight
 (results/ncu_similarity_fp32_nq1_h100.txt, similarity_fp32_compute.py). On the H200 that kept fp32 10M / nq = 1 at
-0.89x torch's GEMV (results/similarity.json at 3e59260). MMA=4 keeps MMA 0's tiles and cp.async ring but multiplies
+0.89x torch's GEMV (similarity.py at 3e59260, before the Veltkamp split). MMA=4 keeps MMA 0's tiles and cp.async ring but multiplies
 with FFMA, only for the warp's real query columns (1, 2, 4 or 8): per k-step two ldmatrix, 2 shuffles and 4 FFMAs
 per m16 block and column. This script measures, for each nq in ``--nqs`` (fp32, d = 768, k = 10, inner product):
 

@@ -127,8 +127,9 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
                                   std::to_string(c.block_q) + ", WARPS_Q=" + std::to_string(c.warps_q) +
                                   " (use BLOCK_Q=" + std::to_string(8 * c.warps_q) + ", or MMA=0 for more queries)");
     }
-    if (tunelab::sim::topk_uses_wgmma(c.mma)) {  // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is
-                       // BLOCK_N % (16 x WARPS_N), checked above)
+    // the wgmma main loop's rules (TopkTraits' static_asserts; BLOCK_N % (64 x warpgroups) is BLOCK_N % (16 x WARPS_N),
+    // checked above)
+    if (tunelab::sim::topk_uses_wgmma(c.mma)) {
         const std::string why = "MMA=" + std::to_string(c.mma) + " (wgmma warpgroup tiles) needs ";
         if (dtype == 2) config_error(fam, why + "fp16 or bf16 inputs; fp32 runs on MMA=0 (3xTF32) or 4 (FFMA)");
         if (row_bytes != 128)

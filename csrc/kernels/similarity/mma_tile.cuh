@@ -122,8 +122,9 @@ __device__ __forceinline__ int b_lane_half(int lane) { return (lane >> 3) & 1; }
 // (k = t and t + 4 of every k-step), accumulated with FFMA (fma_kstep); fma_finish() sums a quad's four partials
 // and lays the sums out as the m16n8 C fragment in acc, which is all the epilogues read. Per k-step a warp issues
 // its A and B ldmatrix, 2 FQ shuffles (a query's two values to the lanes that need them) and 4 MT FQ FFMAs,
-// against 3xTF32's 16 MT + 8 splitting instructions and 3 MT MMAs: at nq = 1 about a quarter of the instructions,
-// and plain fp32 products and sums, no tf32 truncation. It pays for few queries only (at FQ = 8 its FFMAs
+// against 3xTF32's 16 MT + 8 splitting instructions and 3 MT MMAs: at nq = 1 about a quarter of the k-steps'
+// instructions (the whole search's: 2.71M against 4.04M on an H100, README), and plain fp32 products and sums, no
+// tf32 truncation. It pays for few queries only (at FQ = 8 its FFMAs
 // outnumber 3xTF32's instructions), so the tuner and the defaults decide (ops/similarity.py default_config).
 template <int DTYPE, int MT, int NT, bool NORMS, bool COMPLEX, bool RN_ACC = false, bool FMA = false>
 struct WarpMma {

@@ -258,8 +258,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       100K the fused default wins (71.8 against 75.7 at 100K).
     * fp32 with nq <= :data:`FMA_MAX_NQ` on sm_90: the same tiles with the products by FFMA (``MMA=4``) instead of
       3xTF32, which splits every corpus element into tf32 halves and runs 3 MMAs for one useful query column in
-      eight, so that its instructions bound it below the H200's HBM rate (10M / nq = 1 read 0.89x torch at
-      3e59260). Measured on an H100 (benchmarks/similarity_fp32_fma.py, results/similarity_fp32_fma_h100.json):
+      eight, so that its instructions bound it at about the share of the H200's HBM rate each SM gets. Measured on
+      an H100 (benchmarks/similarity_fp32_fma.py, results/similarity_fp32_fma_h100.json):
       over an L2-resident corpus it consumes 44.1 against 33.1 GB/s per SM at nq = 1, 42.8 against 33.0 at 2,
       38.9 against 33.2 at 4 and 31.1 against 33.4 at 8 (the H200's HBM gives each SM ~35); under the protocol,
       where the H100's HBM (23.6 GB/s per SM at 10M) bounds both, 1.001-1.003x at 1M and 10M for nq <= 4,
@@ -267,8 +267,8 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       (results/similarity_fp32_fma_h200.json) 1.010x and 1.026x at 10M for nq = 1 and 2 (4.67 TB/s), 1.042x and
       1.028x at 50K, 0.99-1.005x at nq = 4, 0.90-0.94x at nq = 8. So the rule stops at 2 queries
       (it does not depend on N, so a streamed search keeps the in-memory one's arithmetic and answer); 3 and 4 are
-      the tuner's (its fp32 space offers MMA 0 and 4). sm_8x keeps 3xTF32 (not measured there; its SMs have half
-      the FFMA lanes).
+      the tuner's (its fp32 space offers MMA 0 and 4). sm_8x keeps 3xTF32 (not measured there; sm_80's SMs have
+      half the FFMA lanes).
     * 8 < nq <= 112 (memory-bound at large N, arithmetic close behind): all queries of a block in one tile
       (BLOCK_Q = nq rounded up to 16), 256-row tiles, 4 x 2 warps of 64 rows x BLOCK_Q/2 queries, 128-byte
       slices, 3 stages.

@@ -531,8 +531,6 @@ class SimilarityFamily(TunableFamily):
         return SearchInputs(q, c, scores, indices, p, {})
 
     def _prepared(self, compiled: CompiledCandidate, inputs: SearchInputs):
-        import torch
-
         cs = compiled.handle
         p = inputs.problem
         key = (id(cs), p.k)
