@@ -346,8 +346,8 @@ def test_filtered_search_matches_dense_and_reference():
 def test_filtered_search_from_two_threads_on_one_stream():
     """Two threads calling the filtered search on torch's one default stream, each on its own corpus: every call
     gets its own corpus's answer (no state outlives a call: each call's search and select use its own buffers), and
-    a worker thread's first call, with no CUDA context current in it yet, encodes its tensor maps (the op makes the
-    device's context current first)."""
+    a worker thread's first call, with no CUDA context current in it yet, encodes its tensor maps (the core's
+    encoding makes the pointer's device's primary context current first: core/driver.cpp ensure_context_for)."""
     sim = _sim()
     q, c = _inputs("float16", nq=40, n=20001, d=D_WG, seed=3)
     corpora = (c, torch.flip(c, dims=(0,)).contiguous())

@@ -150,6 +150,17 @@ int ensure_context(int device) {
     return ordinal;
 }
 
+int ensure_context_for(unsigned long long ptr) {
+    const DriverApi& d = driver();
+    CUcontext ctx = nullptr;
+    check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+    int ordinal = -1;  // the pointer's device: a unified-addressing lookup, which needs no current context
+    if (!ctx && d.cuPointerGetAttribute &&
+        d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CUdeviceptr(ptr)) != CUDA_SUCCESS)
+        ordinal = -1;
+    return ensure_context(ordinal);
+}
+
 // ---------------------------------------------------------------------------------------------- modules
 
 std::shared_ptr<Module> Module::load(const std::string& cubin) {

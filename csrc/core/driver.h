@@ -32,6 +32,10 @@ std::string error_name(CUresult result);
 // Makes a context current on this thread: the one already current (torch's, typically), else the primary
 // context of `device` (default: device 0). Returns the device ordinal of the current context.
 int ensure_context(int device = -1);
+// ensure_context() for the device memory at `ptr`, for calls that need a context but take no function (a tensor
+// map's encoding): a thread with a current context keeps it; a thread without one (a caller's worker thread that has
+// not used CUDA yet) gets the primary context of the device that holds `ptr` (device 0's if the driver cannot say).
+int ensure_context_for(unsigned long long ptr);
 
 class Module;
 

@@ -33,6 +33,7 @@ TmaDescBytes encode_tma_2d_16bit(const char* name, uint64_t base, bool bf16, lon
         throw DriverError("the CUDA driver has no cuTensorMapEncodeTiled (it needs CUDA 12.0 or newer); update the "
                           "driver, or run the kernel with a config that does not copy by TMA",
                           "cuTensorMapEncodeTiled", 0);
+    ensure_context_for(base);  // the encoding needs a current context, which a caller's new thread lacks
     CUtensorMap map;
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride_bytes)};

@@ -662,9 +662,6 @@ class CompiledSearch:
         """(grid, block, smem, ArgPack) of the search kernel (``MERGE=5``: ``cand_key`` is the dense key matrix of
         :meth:`candidate_buffers` and ``cand_idx`` may be None; ``MERGE=6``: both are its candidate rows)."""
         nq, d = queries.shape
-        # the queries' device's context current in this thread: the tensor maps' encoding needs one, and a thread
-        # that has not yet launched through the core (a worker thread of the caller's) has none
-        _core.ensure_context(_device_index(queries))
         blob = _S.topk_pack(self.config, self.dtype_code, queries.data_ptr(), int(corpus_ptr), cand_key.data_ptr(),
                             0 if cand_idx is None else cand_idx.data_ptr(), queries.stride(0), int(c_stride),
                             int(index_base), nq, int(n), d, int(k), plan["num_tiles"], plan["tiles_per_split"],
