@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark scripts: result files with the environment fingerprint, summaries."""
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
@@ -8,6 +9,14 @@ from typing import Any
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type of the scripts' comma-separated counts and sizes: "1,2,4" -> [1, 2, 4]."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: pass comma-separated integers, e.g. 1,2,4") from None
 
 
 def summarize(samples_us) -> dict[str, float]:

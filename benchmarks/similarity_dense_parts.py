@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, int_list, summarize, warm_up_gpu, write_result  # noqa: E402
 
 NQ, D, K = 100, 768, 10
 
@@ -47,10 +47,10 @@ def main() -> int:
     from similarity_probe import block_timeline, print_timeline
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ns", default="25000,50000,100000,200000", help="comma-separated corpus sizes")
+    ap.add_argument("--ns", type=int_list, default="25000,50000,100000,200000", help="comma-separated corpus sizes")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (similarity_dense.time_all)")
     args = ap.parse_args()
-    ns_list = [int(x) for x in args.ns.split(",")]
+    ns_list = args.ns
     if len(ns_list) < 2:
         ap.error(f"--ns {args.ns}: the line needs at least two corpus sizes")
 

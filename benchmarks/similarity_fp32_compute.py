@@ -34,6 +34,22 @@ from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, w
 NQ, D, K = 1, 768, 10
 
 
+def check_l2_resident(nbytes: int, props, what: str) -> None:
+    """Exit naming ``what`` (the option that sets the corpus) when ``nbytes`` of corpus would not stay in L2."""
+    if nbytes > props.L2_cache_size * 0.8:
+        raise SystemExit(f"{what}: the corpus takes {nbytes / 1e6:.0f} MB, more than 80% of the "
+                         f"{props.L2_cache_size / 1e6:.0f} MB L2; pass a smaller size")
+
+
+def l2_resident_rate(fn, nbytes: int, busy: int, samples: int) -> dict:
+    """``fn`` (a launch over an L2-resident corpus of ``nbytes``) timed back to back without an L2 flush: its µs and
+    the corpus bytes each of its ``busy`` SMs consumes per second."""
+    from tunelab.timing import time_callable
+
+    t = summarize(time_callable(fn, warmup=20, samples=samples, flush_l2=False))
+    return {"us": t, "corpus_bytes": nbytes, "busy_sms": busy, "GBps_per_busy_sm": nbytes / busy / t["median"] / 1e3}
+
+
 def main() -> int:
     import torch
 
@@ -59,9 +75,7 @@ def main() -> int:
     for dtype in ("float32", "float16"):
         q, c = draw_search_inputs(NQ, args.n, D, getattr(torch, dtype), seed=1)
         nbytes = c.numel() * c.element_size()
-        if nbytes > props.L2_cache_size * 0.8:
-            raise SystemExit(f"--n {args.n}: the {dtype} corpus takes {nbytes / 1e6:.0f} MB, more than 80% of the "
-                             f"{props.L2_cache_size / 1e6:.0f} MB L2; pass a smaller --n")
+        check_l2_resident(nbytes, props, f"--n {args.n} ({dtype})")
         prep = Prepared(sim.default_config(NQ, K, dtype, D, n=args.n), q, c, splits=args.splits)
         cfg, plan, search = prep.config, prep.plan, prep.search
         if args.ncu:
@@ -75,11 +89,8 @@ def main() -> int:
         blocks = plan["q_tiles"] * plan["splits"]
         for name, fn, busy in ((f"{dtype} search", search, blocks),
                                (f"{dtype} read", read, props.multi_processor_count)):
-            t = summarize(time_callable(fn, warmup=20, samples=args.samples, flush_l2=False))
-            rows[name] = {"us": t, "corpus_bytes": nbytes, "busy_sms": busy,
-                          "config": cfg if "search" in name else None,
-                          "GBps_per_busy_sm": nbytes / busy / t["median"] / 1e3}
-            print(f"{name:<16} {t['median']:8.2f} us  {rows[name]['GBps_per_busy_sm']:6.1f} GB/s per busy SM "
+            rows[name] = dict(l2_resident_rate(fn, nbytes, busy, args.samples), config=cfg if "search" in name else None)
+            print(f"{name:<16} {rows[name]['us']['median']:8.2f} us  {rows[name]['GBps_per_busy_sm']:6.1f} GB/s per busy SM "
                   f"({busy} SMs)", flush=True)
     if args.ncu:
         return 0

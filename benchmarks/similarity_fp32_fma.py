@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, int_list, warm_up_gpu, write_result  # noqa: E402
 
 D, K = 768, 10
 
@@ -46,8 +46,8 @@ def reference_agreement(q, c, indices) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nqs", default="1,2,4,8", help="comma-separated query counts (1..8)")
-    ap.add_argument("--ns", default="50000,1000000,10000000", help="comma-separated corpus sizes for the search rows")
+    ap.add_argument("--nqs", type=int_list, default="1,2,4,8", help="comma-separated query counts (1..8)")
+    ap.add_argument("--ns", type=int_list, default="50000,1000000,10000000", help="comma-separated corpus sizes for the search rows")
     ap.add_argument("--rate-n", type=int, default=12288, help="rows of the L2-resident corpus of the rate rows")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the search rows")
     ap.add_argument("--budget-s", type=float, default=1.5, help="seconds of samples per shape and round set")
@@ -55,16 +55,15 @@ def main() -> int:
     ap.add_argument("--no-rate", action="store_true", help="skip the L2-resident rate rows")
     ap.add_argument("--tag", default="", help="suffix of the results file")
     args = ap.parse_args()
-    nqs = [int(x) for x in args.nqs.split(",")]
-    ns = [int(x) for x in args.ns.split(",")]
+    nqs, ns = args.nqs, args.ns
     if any(not 1 <= x <= 8 for x in nqs):
         ap.error(f"--nqs {nqs}: MMA=4 is for few queries; pass counts 1..8")
     import torch
 
-    from similarity_dense import Prepared, time_all
+    from similarity_dense import Prepared, time_all, variant_rows
+    from similarity_fp32_compute import check_l2_resident, l2_resident_rate
     from tunelab.ops import similarity as sim
     from tunelab.stats import speedup_ci
-    from tunelab.timing import time_callable
     from tunelab.tuning.families.similarity import torch_topk
 
     clock = warm_up_gpu()
@@ -74,23 +73,18 @@ def main() -> int:
     for nq in ([] if args.no_rate else nqs):  # the instruction ceiling: an L2-resident corpus, no flush
         q, c = draw_search_inputs(nq, args.rate_n, D, torch.float32, seed=nq)
         nbytes = c.numel() * 4
-        if nbytes > props.L2_cache_size * 0.8:
-            raise SystemExit(f"--rate-n {args.rate_n}: {nbytes / 1e6:.0f} MB of fp32 corpus exceeds 80% of the "
-                             f"{props.L2_cache_size / 1e6:.0f} MB L2")
+        check_l2_resident(nbytes, props, f"--rate-n {args.rate_n}")
         base = sim.default_config(nq, K, "float32", D, n=args.rate_n)
         row = {"nq": nq, "n": args.rate_n, "corpus_bytes": nbytes}
         for name, cfg in (("3xtf32", dict(base, MMA=0)), ("fma", dict(base, MMA=4))):
             prep = Prepared(cfg, q, c, splits=8)
             stream = int(torch.cuda.current_stream().cuda_stream)
-            t = summarize(time_callable(lambda: prep.search(stream), warmup=20, samples=200, flush_l2=False))
             busy = prep.plan["q_tiles"] * prep.plan["splits"]
-            row[name] = {"us": t, "config": prep.config, "busy_sms": busy,
-                         "GBps_per_busy_sm": nbytes / busy / t["median"] / 1e3}
-        t = summarize(time_callable(reader(c), warmup=20, samples=200, flush_l2=False))
-        row["read"] = {"us": t, "GBps_per_sm": nbytes / props.multi_processor_count / t["median"] / 1e3}
+            row[name] = dict(l2_resident_rate(lambda: prep.search(stream), nbytes, busy, 200), config=prep.config)
+        row["read"] = l2_resident_rate(reader(c), nbytes, props.multi_processor_count, 200)
         rate_rows.append(row)
         print(f"rate nq={nq}: 3xTF32 {row['3xtf32']['GBps_per_busy_sm']:.1f}, FMA {row['fma']['GBps_per_busy_sm']:.1f}"
-              f" GB/s per busy SM (read {row['read']['GBps_per_sm']:.1f} per SM)", flush=True)
+              f" GB/s per busy SM (read {row['read']['GBps_per_busy_sm']:.1f} per SM)", flush=True)
         del q, c
     for n in ns:
         for nq in nqs:
@@ -107,17 +101,14 @@ def main() -> int:
             times, graph = time_all({"torch": torch_topk(q, c, K, "ip"), **preps}, budget_s=args.budget_s,
                                     rounds=args.rounds)
             row = {"nq": nq, "n": n, "timer": "cuda_graph" if graph else "events", "hbm_bytes": c.numel() * 4,
-                   "variants": {}}
-            for name, s in times.items():
-                v = {"us": summarize(s)}
-                if name != "torch":
-                    for ref in ("torch", "3xtf32") + (("fma",) if name == "fma-128" else ()):
-                        sp = speedup_ci(times[ref], s, paired=False, n_resamples=2000, seed=0)
-                        v[f"speedup_vs_{ref}"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
-                    v.update(config=preps[name].config, splits=preps[name].plan["splits"],
-                             reference_agreement=agree[name])
+                   "variants": variant_rows(times, preps, "3xtf32")}
+            for name, v in row["variants"].items():
                 v["read_TBps"] = row["hbm_bytes"] / v["us"]["median"] / 1e6
-                row["variants"][name] = v
+                if name in agree:
+                    v["reference_agreement"] = agree[name]
+            if "fma-128" in preps:
+                sp = speedup_ci(times["fma"], times["fma-128"], paired=False, n_resamples=2000, seed=0)
+                row["variants"]["fma-128"]["speedup_vs_fma"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
             search_rows.append(row)
             vv = row["variants"]
             print(f"N={n:>8} nq={nq}: torch {vv['torch']['us']['median']:.1f}  3xTF32 "
@@ -136,7 +127,7 @@ def main() -> int:
         print(f"{'nq':>3} {'rate GB/s/SM 3xTF32':>20} {'FMA':>7} {'read':>7}")
     for r in rate_rows:
         print(f"{r['nq']:>3} {r['3xtf32']['GBps_per_busy_sm']:>20.1f} {r['fma']['GBps_per_busy_sm']:>7.1f} "
-              f"{r['read']['GBps_per_sm']:>7.1f}")
+              f"{r['read']['GBps_per_busy_sm']:>7.1f}")
     print(f"{'N':>9} {'nq':>3} {'torch us':>10} {'3xTF32':>10} {'FMA':>10} {'FMA/3xTF32':>11} {'FMA/torch':>10} "
           f"{'TB/s':>6}" + (f" {'FMA-128 us':>10} {'/FMA':>6}" if args.short_tiles else ""))
     for r in search_rows:

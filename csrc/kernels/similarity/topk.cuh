@@ -1536,7 +1536,9 @@ struct TopkBlock {
     }
   }
 
-  // MMA=4: FFMA columns for a warp whose n8 query tile has `real` queries (<= 0: padding only)
+  // MMA=4: FFMA columns for a warp whose n8 query tile has `real` queries (<= 0: padding only). The main loop branches
+  // on them twice, to fma_slice<FQ> and to fma_finish<FQ>: one dispatcher taking a generic lambda would need
+  // `[&](auto cols)`, which NVRTC rejects (JIT mode takes a generic lambda for a host function).
   __device__ __forceinline__ static int fma_columns(int real) {
     return real <= 1 ? 1 : real <= 2 ? 2 : real <= 4 ? 4 : 8;
   }
