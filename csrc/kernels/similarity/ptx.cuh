@@ -57,6 +57,36 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
   }
 }
 
+// The dense search's key stores (MERGE=5, TopkBlock::dense_epilogue). TUNELAB_SIM_KEY_STORE picks their L2 policy
+// for an experiment (benchmarks/similarity_key_stores.py compiles each): 0 plain st.global (the build), 1 an
+// evict_last cache hint, 2 st.global.cs, 3 an evict_first cache hint, 4 st.global.cg. On an H100 none moved the
+// 50K / 100 search by more than 1%, and 2 and 3 slowed the select after it by 6% (the keys left L2 first):
+// results/similarity_key_stores_h100.json.
+#ifndef TUNELAB_SIM_KEY_STORE
+#define TUNELAB_SIM_KEY_STORE 0
+#endif
+__device__ __forceinline__ unsigned long long key_store_policy() {
+  unsigned long long p = 0;
+#if TUNELAB_SIM_KEY_STORE == 1
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+#elif TUNELAB_SIM_KEY_STORE == 3
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+#endif
+  return p;
+}
+__device__ __forceinline__ void store_key(float* a, float v, unsigned long long pol) {
+#if TUNELAB_SIM_KEY_STORE == 1 || TUNELAB_SIM_KEY_STORE == 3
+  asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;\n" ::"l"(a), "f"(v), "l"(pol) : "memory");
+#elif TUNELAB_SIM_KEY_STORE == 2
+  __stcs(a, v);
+#elif TUNELAB_SIM_KEY_STORE == 4
+  __stcg(a, v);
+#else
+  (void)pol;
+  *a = v;
+#endif
+}
+
 __device__ __forceinline__ unsigned ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 __device__ __forceinline__ float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 __device__ __forceinline__ unsigned shfl_xor_u(unsigned v, int mask) {

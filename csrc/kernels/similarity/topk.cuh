@@ -1151,6 +1151,7 @@ struct TopkBlock {
   __device__ __forceinline__ void dense_epilogue(const Mma& mma, int tile) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
+    const unsigned long long pol = key_store_policy();
     float* base = p.cand_key + static_cast<long long>(tile) * BN;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -1163,7 +1164,7 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            if (!kTrace && rt.valid[mt][h]) dst[row_of(mt, h, g)] = key_raw(mma, rt, mt, nt, h, e);
+            if (!kTrace && rt.valid[mt][h]) store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
       }
     }
   }

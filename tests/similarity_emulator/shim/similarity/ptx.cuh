@@ -39,6 +39,10 @@ inline float4 lds4(const float* p) {
   return v;
 }
 
+// The dense search's key stores: plain stores here (the GPU build's L2 policy experiment has no meaning on the CPU).
+inline unsigned long long key_store_policy() { return 0; }
+inline void store_key(float* a, float v, unsigned long long) { *a = v; }
+
 // cvt.rna.tf32.f32: round the magnitude to 10 mantissa bits, ties away from zero.
 inline unsigned to_tf32(float x) {
   unsigned u = __float_as_uint(x);

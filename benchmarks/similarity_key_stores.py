@@ -1,0 +1,105 @@
+"""Does the L2 policy of the dense search's key stores move the 50K / 100 time? (An experiment on MERGE=5.)
+
+The dense search writes 20 MB of keys at N = 50K, nq = 100 (fp16, d = 768, k = 10) and on an H100 they cost it
+8 us (results/similarity_dense_parts_h100.json: 44.4 against 36.5 us without the stores). Each variant compiles
+the dense default with TUNELAB_SIM_KEY_STORE (kernels/similarity/ptx.cuh, store_key):
+
+  plain        st.global (0)
+  evict_last   st.global.L2::cache_hint with an evict_last policy (1): the keys the select reads next stay
+  cs           st.global.cs (2): streaming
+  evict_first  an evict_first policy (3)
+  cg           st.global.cg (4)
+
+and times, interleaved with the core's protocol (memset flush, CUDA events), the search alone and the search +
+select pair; plus the read-only kernel and torch. Indices are checked against the plain variant.
+Results: benchmarks/results/similarity_key_stores[_TAG].json; a table last.
+
+    python3 benchmarks/similarity_key_stores.py [--tag h200]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+
+NQ, N, D, K = 100, 50_000, 768, 10
+VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
+
+
+def compiled_with(store: int, fn):
+    """fn() with every NVRTC compile of the similarity op given TUNELAB_SIM_KEY_STORE=store."""
+    from tunelab.ops import similarity as sim
+
+    real = sim._core.compile
+
+    def patched(src, names, arch, opts, defines, *rest):
+        return real(src, names, arch, opts, {**defines, "TUNELAB_SIM_KEY_STORE": str(store)}, *rest)
+
+    sim._COMPILED.clear()
+    sim._core.compile = patched
+    try:
+        return fn()
+    finally:
+        sim._core.compile = real
+        sim._COMPILED.clear()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+    import torch
+
+    from tunelab.ops import similarity as sim
+    from tunelab.stats import speedup_ci
+    from tunelab.timing import time_callable
+    from tunelab.tuning.families.similarity import torch_topk
+    from tunelab.tuning.family import next_pow2
+    from similarity_dense import Prepared
+
+    clock = warm_up_gpu()
+    q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
+    cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
+    preps = {name: compiled_with(v, lambda: Prepared(cfg, q, c)) for name, v in VARIANTS.items()}
+    for p in preps.values():
+        p()
+    torch.cuda.synchronize()
+    want = preps["plain"].indices.clone()
+    agree = {k: bool(torch.equal(p.indices, want)) for k, p in preps.items()}
+    read = corpus_reader()(c)
+    stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
+    fns = {"read": lambda: read(stream()), "torch": torch_topk(q, c, K, "ip")}
+    for name, p in preps.items():
+        fns[f"{name}/search"] = p.search
+        fns[f"{name}/pair"] = p
+    samples = {k: [] for k in fns}
+    for _ in range(args.rounds):
+        for k, f in fns.items():
+            samples[k].extend(time_callable(f, warmup=2, samples=args.samples))
+    rows = {k: summarize(v) for k, v in samples.items()}
+    speed = {}
+    for name in preps:
+        for part in ("search", "pair"):
+            sp = speedup_ci(samples[f"plain/{part}"], samples[f"{name}/{part}"], paired=False, n_resamples=2000,
+                            seed=0)
+            speed[f"{name}/{part}"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+    path = write_result(f"similarity_key_stores{('_' + args.tag) if args.tag else ''}",
+                        {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "config": preps["plain"].config,
+                         "splits": preps["plain"].plan["splits"], "sm_mhz_after_warmup": clock,
+                         "indices_equal_plain": agree, "us": rows, "speedup_vs_plain": speed})
+    print(f"wrote {path}")
+    print(f"read {rows['read']['median']:.1f} us, torch {rows['torch']['median']:.1f} us")
+    for name in preps:
+        s, pr = rows[f"{name}/search"], rows[f"{name}/pair"]
+        print(f"{name:>12}: search {s['median']:6.1f} us ({speed[f'{name}/search']['estimate']:.3f}x), pair "
+              f"{pr['median']:6.1f} us ({speed[f'{name}/pair']['estimate']:.3f}x){'' if agree[name] else '  DIFFER'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
