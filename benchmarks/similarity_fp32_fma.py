@@ -11,10 +11,11 @@ per m16 block and column. This script measures, for each nq in ``--nqs`` (fp32, 
           an L2 flush (the instruction ceiling, as similarity_fp32_compute.py), in GB/s per busy SM, next to a kernel
           that only reads the same bytes on every SM
   search  for each N in ``--ns``, interleaved rounds with the core's protocol (L2 flush, CUDA events;
-          similarity_dense.time_all): torch.topk(Q @ C.T), the default config (default_config(nq, n=N), 3xTF32) and
-          the same config with MMA=4 (with ``--short-tiles`` also MMA=4 on 128-row tiles, "fma-128": at 50K the
-          256-row tiles make 98 splits of two and leave 34 of 132 SMs idle); the index sets of each against a
-          float64 reference on the same inputs
+          similarity_dense.time_all): torch.topk(Q @ C.T), the few-query config on 256-row tiles
+          (default_config(nq, n=N) with BLOCK_N=256) with MMA=0 (3xTF32) and with MMA=4 (with ``--short-tiles``
+          also MMA=4 on 128-row tiles, "fma-128", the default up to FMA_SHORT_TILES_MAX_N rows since it was
+          measured here: at 50K the 256-row tiles make 98 splits of two and leave 34 of 132 SMs idle); the index
+          sets of each against a float64 reference on the same inputs
 
 Results: benchmarks/results/similarity_fp32_fma[_TAG].json (environment fingerprint inside); a table last.
 
@@ -74,7 +75,7 @@ def main() -> int:
         q, c = draw_search_inputs(nq, args.rate_n, D, torch.float32, seed=nq)
         nbytes = c.numel() * 4
         check_l2_resident(nbytes, props, f"--rate-n {args.rate_n}")
-        base = sim.default_config(nq, K, "float32", D, n=args.rate_n)
+        base = dict(sim.default_config(nq, K, "float32", D, n=args.rate_n), BLOCK_N=256)  # the rows measured before
         row = {"nq": nq, "n": args.rate_n, "corpus_bytes": nbytes}
         for name, cfg in (("3xtf32", dict(base, MMA=0)), ("fma", dict(base, MMA=4))):
             prep = Prepared(cfg, q, c, splits=8)
@@ -89,7 +90,7 @@ def main() -> int:
     for n in ns:
         for nq in nqs:
             q, c = draw_search_inputs(nq, n, D, torch.float32, seed=n + nq)
-            base = sim.default_config(nq, K, "float32", D, n=n)
+            base = dict(sim.default_config(nq, K, "float32", D, n=n), BLOCK_N=256)  # fma-128 the default up to 128K
             preps = {"3xtf32": Prepared(dict(base, MMA=0), q, c), "fma": Prepared(dict(base, MMA=4), q, c)}
             if args.short_tiles:
                 preps["fma-128"] = Prepared(dict(base, MMA=4, BLOCK_N=128), q, c)

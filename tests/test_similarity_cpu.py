@@ -689,15 +689,25 @@ def test_dense_search_for_fp32_over_small_corpora():
 
 def test_short_tiles_for_few_queries_over_small_corpora():
     """16-bit searches of at most 8 queries over at most SHORT_TILES_MAX_N rows tile 128 corpus rows (at N = 50K,
-    256-row tiles make 98 splits of two and leave 34 of 132 SMs idle); fp32, larger corpora and streamed
-    searches (no n) keep 256 rows, and the short tiles compile without spills."""
+    256-row tiles make 98 splits of two and leave 34 of 132 SMs idle), and so do fp32 searches on the FFMA loop over
+    at most FMA_SHORT_TILES_MAX_N rows; other fp32 searches, larger corpora and streamed searches (no n) keep 256
+    rows, and the short tiles compile without spills."""
     sim = _sim()
     bn = lambda nq, n, dt="float16": sim.default_config(nq, 10, dt, 768, arch="sm_90", n=n)["BLOCK_N"]  # noqa: E731
     assert sim.SHORT_TILES_MAX_N == 262144
     assert bn(8, 262144) == bn(1, 131072, "bfloat16") == 128
     # below DENSE_MAX_N the short tiles remain where the dense search does not apply (k above the select's 32)
     assert sim.default_config(1, 33, "float16", 768, arch="sm_90", n=65536)["BLOCK_N"] == 128
-    assert bn(1, 524288) == bn(1, 65536, "float32") == bn(1, None) == 256
+    assert bn(1, 524288) == bn(3, 65536, "float32") == bn(1, None) == 256
+    # fp32 on the FFMA loop (sm_90, at most FMA_MAX_NQ queries) up to FMA_SHORT_TILES_MAX_N rows: 128-row tiles
+    assert sim.FMA_SHORT_TILES_MAX_N == 131072
+    assert bn(1, 16384, "float32") == bn(2, 131072, "float32") == 128
+    assert bn(1, 262144, "float32") == bn(2, None, "float32") == 256
+    for metric in ("ip", "l2", "cosine"):
+        c = sim.default_config(1, 10, "float32", 768, arch="sm_90", n=65536)
+        assert (c["MMA"], c["BLOCK_N"], c["WARPS_N"]) == (4, 128, 8), c
+        r = sim.compile_search(c, dtype="float32", metric=metric, arch="sm_90").resources
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (metric, c, r)
     cfg = sim.default_config(1, 10, "bfloat16", 768, arch="sm_90", n=131072)
     assert (cfg["WARPS_N"], cfg["MMA"], cfg["MERGE"]) == (8, 0, 2)
     r = sim.compile_search(cfg, dtype="bfloat16", metric="l2", arch="sm_90").resources
@@ -725,8 +735,9 @@ def test_dense_search_for_few_queries_over_small_corpora():
         for fused in (cfg(nq, 131072), cfg(nq, 65536, k=33), cfg(nq, None)):
             assert fused["MERGE"] != sim.MERGE_DENSE, (nq, fused)
         # fp32 and sm_80 keep the fused few-query config exactly (fp32 on sm_90 with its products by FFMA up to
-        # FMA_MAX_NQ queries)
-        for c, bn, mma in ((cfg(nq, 65536, dt="float32"), 256, 4 if nq <= sim.FMA_MAX_NQ else 0),
+        # FMA_MAX_NQ queries, and then with 128-row tiles)
+        fma = nq <= sim.FMA_MAX_NQ  # on 128-row tiles up to FMA_SHORT_TILES_MAX_N rows
+        for c, bn, mma in ((cfg(nq, 65536, dt="float32"), 128 if fma else 256, 4 if fma else 0),
                            (cfg(nq, 65536, arch="sm_80"), 128, 0)):
             assert (c["MERGE"], c["MMA"], c["BLOCK_N"], c["BLOCK_Q"], c["STAGES"]) == (2, mma, bn, 8, 3), (nq, c)
     for n, dt, metric in ((32768, "float16", "cosine"), (65536, "bfloat16", "l2")):

@@ -518,6 +518,29 @@ def test_fma_takes_the_whole_fp32_range_and_drops_non_finite_rows():
     assert bool((idx0 != 7).all())  # 3xTF32: the 4.2e34 row scores NaN
 
 
+def test_fma_short_tile_default_answers_as_256_row_tiles_and_streamed():
+    """fp32 searches of 1 and 2 queries over at most FMA_SHORT_TILES_MAX_N rows take the FFMA loop on 128-row tiles
+    by default; a row's arithmetic does not depend on the tile, so their scores and indices equal, bit for bit, those
+    of 256-row tiles and of the streamed search (which knows no N and keeps 256 rows)."""
+    from tunelab.ops import streaming
+
+    sim = _sim()
+    for nq in (1, 2):
+        q, c = _inputs("float32", nq=nq, n=40_000, d=128, seed=30 + nq)
+        cfg = sim.default_config(nq, 10, "float32", 128, n=65536)
+        assert (cfg["MMA"], cfg["BLOCK_N"]) == (4, 128), cfg
+        s, i = sim.similarity_search(q, c, 10, metric="l2")
+        s256, i256 = sim.similarity_search(q, c, 10, metric="l2", config=dict(cfg, BLOCK_N=256))
+        assert torch.equal(i, i256) and torch.equal(s, s256), nq
+        stats = {}
+        budget = streaming.SLACK_BYTES + (1 << 20) + 2 * (4 << 20)
+        s_st, i_st = streaming.search_streamed(q, c.cpu(), 10, metric="l2", memory_budget=budget, streams=2,
+                                               stats=stats)
+        assert stats["num_chunks"] >= 3
+        assert (stats["config"]["MMA"], stats["config"]["BLOCK_N"]) == (4, 256), stats["config"]
+        assert torch.equal(i_st, i) and torch.equal(s_st, s), nq
+
+
 @pytest.mark.parametrize("pinned", [True, False])
 @pytest.mark.parametrize("streams", [1, 2, 3])
 def test_streamed_equals_in_memory(pinned, streams):

@@ -224,6 +224,10 @@ FEW_QUERIES_MMA_DENSE_MAX_N = 32768
 #: :func:`default_config`).
 FMA_MAX_NQ = 2
 
+#: The largest corpus (the store bucket's N) for which the FFMA default (fp32, at most :data:`FMA_MAX_NQ` queries,
+#: sm_90) tiles 128 corpus rows instead of 256 (see :func:`default_config`).
+FMA_SHORT_TILES_MAX_N = 131072
+
 
 def dense_bytes(nq: int, n: int) -> int:
     """Bytes of the dense key matrix of a ``MERGE=5`` search: nq rows of :func:`dense_ld` floats."""
@@ -244,7 +248,7 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       nothing. Measured on an H100 at nq = 1 (benchmarks/similarity_small_nq.py,
       results/similarity_small_nq_h100_a767144.json, search then merge): fp16 46.4 against 48.9 us at 50K,
       121.6 against 123.5 at 200K, 524.2 against 520.0 at 1M (256 rows stay); fp32 78.7 against 79.5 at 50K
-      but 251.8 against 229.0 at 200K, so fp32 keeps 256 rows.
+      but 251.8 against 229.0 at 200K, so fp32 keeps 256 rows (but for the FFMA loop's short tiles, below).
     * nq <= 8 on sm_90 with fp16/bf16, k <= :data:`SELECT_MAX_K` and a store bucket of at most
       :data:`DENSE_MAX_N` rows: the dense search (MERGE=5, every key to the nq x N matrix, then the select
       kernel), on the mma.sync loop above with 128-row tiles up to :data:`FEW_QUERIES_MMA_DENSE_MAX_N` rows, on
@@ -268,7 +272,12 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
       1.028x at 50K, 0.99-1.005x at nq = 4, 0.90-0.94x at nq = 8. So the rule stops at 2 queries
       (it does not depend on N, so a streamed search keeps the in-memory one's arithmetic and answer); 3 and 4 are
       the tuner's (its fp32 space offers MMA 0 and 4). sm_8x keeps 3xTF32 (not measured there; sm_80's SMs have
-      half the FFMA lanes).
+      half the FFMA lanes). Up to :data:`FMA_SHORT_TILES_MAX_N` rows its tiles have 128 rows (one m16 block per
+      warp; the rows' arithmetic, and so the answer, is the same): measured against 256 rows
+      (benchmarks/similarity_fp32_fma.py --short-tiles) on an H100 (results/similarity_fp32_fma_band_h100.json)
+      1.05-1.06x at 16K, 1.06-1.07x at 50K, 1.03x at 100K, 1.02x at 131K, 1.01x at 160K and 200K for nq = 1 and 2;
+      on the H200 (results/similarity_fp32_fma_short_h200.json) 1.06x at 50K, 1.02-1.03x at 100K, 0.99-1.00x at
+      25K and 200K, but 0.98x at 1M, hence the bound.
     * 8 < nq <= 112 (memory-bound at large N, arithmetic close behind): all queries of a block in one tile
       (BLOCK_Q = nq rounded up to 16), 256-row tiles, 4 x 2 warps of 64 rows x BLOCK_Q/2 queries, 128-byte
       slices, 3 stages.
@@ -345,8 +354,9 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
     elif nq <= 8 and dense and wgmma:
         cfg = _cfg(128, 8, 64, 8, 1, 5, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 8:
-        short = not big or (eb == 2 and n is not None and n <= SHORT_TILES_MAX_N)
         fma = eb == 4 and sm90 and nq <= FMA_MAX_NQ  # fp32 products by FFMA
+        short = not big or (n is not None and n <= (FMA_SHORT_TILES_MAX_N if fma else
+                                                    SHORT_TILES_MAX_N if eb == 2 else 0))
         cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3, mma=4 if fma else 0)
     elif nq <= 112 and dense and wgmma:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
