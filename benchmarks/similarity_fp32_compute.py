@@ -7,7 +7,9 @@ results/ncu_similarity_fp32_nq1_h100.txt, before the Veltkamp split) counted ~1,
 bound it, and most of them split every fp32 element into its two tf32 halves. This script measures that ceiling on
 any GPU:
 
-  search   the nq = 1 default config of each dtype (fp32, fp16) over an L2-resident corpus (``--n`` rows of d = 768:
+  search   the nq = 1 default config of each dtype (fp32: on the 3xTF32 loop and 256-row tiles, which sm_90's
+           default left for FFMA at 1a1c9ad and 128-row tiles at 02c659c; fp16) over an L2-resident corpus
+           (``--n`` rows of d = 768:
            38 MB of fp32 at the default 12288) on ``--splits`` blocks (default 8: 6 tiles each, so the steady state
            dominates), back to back without an L2 flush; reported as corpus bytes per busy SM and second (since
            76449c4 the fp16 default at this N on sm_90 is the dense search, whose search kernel also writes the
@@ -76,7 +78,10 @@ def main() -> int:
         q, c = draw_search_inputs(NQ, args.n, D, getattr(torch, dtype), seed=1)
         nbytes = c.numel() * c.element_size()
         check_l2_resident(nbytes, props, f"--n {args.n} ({dtype})")
-        prep = Prepared(sim.default_config(NQ, K, dtype, D, n=args.n), q, c, splits=args.splits)
+        cfg = sim.default_config(NQ, K, dtype, D, n=args.n)
+        if dtype == "float32":  # the 3xTF32 loop on 256-row tiles (sm_90's default is FFMA on 128 rows here)
+            cfg = dict(cfg, MMA=0, BLOCK_N=256)
+        prep = Prepared(cfg, q, c, splits=args.splits)
         cfg, plan, search = prep.config, prep.plan, prep.search
         if args.ncu:
             if dtype == "float32":

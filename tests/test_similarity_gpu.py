@@ -39,6 +39,8 @@ def _precompile():
         jobs.append(("search", sim.fit_config(cfg, 10, "float16"), "float16", "l2"))
     for m in METRICS:  # the FFMA main loop's configs and their 3xTF32 comparator
         jobs += [("search", cfg, "float32", m) for cfg in _FMA + [dict(_FMA[0], MMA=0)]]
+    if torch.cuda.get_device_capability() == (9, 0):  # the FFMA default's 128-row tiles (d = 128, as resolved)
+        jobs.append(("search", sim.default_config(1, 10, "float32", 128, n=65536), "float32", "l2"))
     if torch.cuda.get_device_capability() == (9, 0):  # the wgmma tests' configs, their comparators, clusters' C=1
         for dt in ("float16", "bfloat16"):
             for m in METRICS:
@@ -518,6 +520,8 @@ def test_fma_takes_the_whole_fp32_range_and_drops_non_finite_rows():
     assert bool((idx0 != 7).all())  # 3xTF32: the 4.2e34 row scores NaN
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="the FFMA default: sm_90 only")
 def test_fma_short_tile_default_answers_as_256_row_tiles_and_streamed():
     """fp32 searches of 1 and 2 queries over at most FMA_SHORT_TILES_MAX_N rows take the FFMA loop on 128-row tiles
     by default; a row's arithmetic does not depend on the tile, so their scores and indices equal, bit for bit, those

@@ -60,8 +60,8 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // The dense search's key stores (MERGE=5, TopkBlock::dense_epilogue). TUNELAB_SIM_KEY_STORE picks their L2 policy
 // for an experiment (benchmarks/similarity_key_stores.py compiles each): 0 plain st.global (the build), 1 an
 // evict_last cache hint, 2 st.global.cs, 3 an evict_first cache hint, 4 st.global.cg. On an H100 none moved the
-// 50K / 100 search by more than 1%, and 2 and 3 slowed the select after it by 6% (the keys left L2 first):
-// results/similarity_key_stores_h100.json.
+// 50K / 100 search by more than 1%, and 2 and 3 slowed the search + select pair by 6% (the select by 3.2-3.4 us:
+// the keys left L2 first): results/similarity_key_stores_h100.json.
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif
