@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,43 @@ def int_list(text: str) -> list[int]:
         return [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: pass comma-separated integers, e.g. 1,2,4") from None
+
+
+@contextlib.contextmanager
+def kernel_variant(*, defines: dict[str, str] | None = None, headers: Path | None = None):
+    """Inside the block, every NVRTC compile of the similarity ops gets ``defines`` added to its own and, with
+    ``headers`` (a directory laid out as csrc/kernels, holding only the files to replace), reads a copy of the
+    installed kernel tree with those files in place of the installed ones: two versions of a kernel in one process,
+    timed interleaved (the compile cache keys on the headers' text and the defines). The ops' compiled-config cache
+    is cleared on entry and on exit."""
+    import shutil
+    import tempfile
+
+    import tunelab.paths
+    from tunelab.ops import similarity as sim
+
+    real_compile, real_dir = sim._core.compile, tunelab.paths.kernels_dir
+    tmp = None
+    if headers is not None:
+        tmp = Path(tempfile.mkdtemp(prefix="tunelab_kernels_"))
+        shutil.copytree(real_dir(), tmp / "kernels")
+        for f in Path(headers).rglob("*"):
+            if f.is_file():
+                shutil.copy2(f, tmp / "kernels" / f.relative_to(headers))
+        tunelab.paths.kernels_dir = lambda: tmp / "kernels"
+    if defines:
+        def patched(src, names, arch, opts, defs, *rest):
+            return real_compile(src, names, arch, opts, {**defs, **defines}, *rest)
+
+        sim._core.compile = patched
+    sim._COMPILED.clear()
+    try:
+        yield
+    finally:
+        sim._core.compile, tunelab.paths.kernels_dir = real_compile, real_dir
+        sim._COMPILED.clear()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def summarize(samples_us) -> dict[str, float]:

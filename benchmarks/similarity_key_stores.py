@@ -23,28 +23,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (corpus_reader, draw_search_inputs, kernel_variant, summarize, warm_up_gpu,  # noqa: E402
+                     write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
 VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
-
-
-def compiled_with(store: int, fn):
-    """fn() with every NVRTC compile of the similarity op given TUNELAB_SIM_KEY_STORE=store."""
-    from tunelab.ops import similarity as sim
-
-    real = sim._core.compile
-
-    def patched(src, names, arch, opts, defines, *rest):
-        return real(src, names, arch, opts, {**defines, "TUNELAB_SIM_KEY_STORE": str(store)}, *rest)
-
-    sim._COMPILED.clear()
-    sim._core.compile = patched
-    try:
-        return fn()
-    finally:
-        sim._core.compile = real
-        sim._COMPILED.clear()
 
 
 def main() -> int:
@@ -65,7 +48,10 @@ def main() -> int:
     clock = warm_up_gpu()
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
-    preps = {name: compiled_with(v, lambda: Prepared(cfg, q, c)) for name, v in VARIANTS.items()}
+    preps = {}
+    for name, v in VARIANTS.items():
+        with kernel_variant(defines={"TUNELAB_SIM_KEY_STORE": str(v)}):
+            preps[name] = Prepared(cfg, q, c)
     for p in preps.values():
         p()
     torch.cuda.synchronize()

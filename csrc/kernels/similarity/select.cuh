@@ -9,10 +9,13 @@
 //      read from global memory in both passes (16-byte loads, four in flight per thread), and so are the last
 //      n % 4 entries and every entry of an unaligned row (one at a time: the op's rows are always aligned). Each
 //      thread keeps the largest of its entries.
-//   2. The k-th largest of the threads' maxima, B, bounds the answer: the k threads holding the largest maxima
-//      supply k distinct entries >= B, so nothing below B is in the top k (fewer than k threads with an entry that
-//      is not NaN: B = -inf). Each warp sorts its 32 maxima across its lanes; warp 0 takes the k largest heads of
-//      the warps' sorted lists.
+//   2. A bar B that k distinct entries reach bounds the answer: nothing below B is in the top k. Each warp sorts
+//      its 32 threads' maxima across its lanes; B is the larger of the k-th largest of the 32 warps' maxima (k
+//      warps supply an entry >= it each) and the largest of the warps' k-th largest thread maxima (k threads of
+//      one warp do). For real data it is about the k-th largest of all T maxima; k rounds of warp 0 that found
+//      that exactly (a 32-way merge of the sorted lists, one head a round) kept the other 31 warps waiting for
+//      17% of ncu's warp samples at 50K/100 on an H100 (results/ncu_similarity_select_bound_h100.txt). Fewer than
+//      k entries that are not NaN: B = -inf.
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
 //      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the threads
 //      whose maximum reaches B look at their entries again: at 50K/100 on the H200 every thread's second pass took
@@ -77,8 +80,8 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   float* win = reinterpret_cast<float*>(tunelab_similarity_smem);  // [kSelectWindow] the row's first entries
   float* qkey = win + kSelectWindow;                                // [CAP] the queue
   int* qidx = reinterpret_cast<int*>(qkey + CAP);
-  float* wmax = reinterpret_cast<float*>(qidx + CAP);               // [WARPS][32] each warp's sorted maxima
-  int* count = reinterpret_cast<int*>(wmax + WARPS * 32);           // queue length
+  float* wmax = reinterpret_cast<float*>(qidx + CAP);               // [2][32] the warps' largest, k-th maxima
+  int* count = reinterpret_cast<int*>(wmax + WARPS * 32);           // queue length (past the launcher's 1024)
   float* bar_key = reinterpret_cast<float*>(count + 1);             // the bar of the next pass
   int* bar_idx = count + 2;
   float* qnorm = reinterpret_cast<float*>(count + 3);
@@ -130,28 +133,21 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
   }
 
-  // 2. the bound: the k-th largest of the T maxima
-  sts(wmax + warp * 32 + lane, warp_sort_desc(m, lane));  // m stays this thread's own maximum (step 3 reads it)
+  // 2. the bound: the larger of the k-th largest of the warps' maxima and the largest of the warps' k-th largest
+  // thread maxima (m stays this thread's own maximum: step 3 reads it)
+  const float sorted = warp_sort_desc(m, lane);  // lane 0 the warp's largest maximum, lane k - 1 its k-th
+  if (lane == 0) sts(wmax + warp, sorted);
+  if (lane == k - 1) sts(wmax + 32 + warp, sorted);
   __syncthreads();
   if (warp == 0) {
-    int at = 0;  // this lane's next entry of warp `lane`'s sorted maxima
-    float head = lane < WARPS ? lds(wmax + lane * 32) : -f32_inf();
-    float b = -f32_inf();
-    for (int r = 0; r < k; ++r) {
-      float mx = head;
+    const float head = lane < WARPS ? lds(wmax + lane) : -f32_inf();
+    float b = lane < WARPS && k <= 32 ? lds(wmax + 32 + lane) : -f32_inf();
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, shfl_xor_f(mx, o));
-      const unsigned holders = ballot(head == mx);  // never empty: mx is one lane's head (none is NaN)
-      const int w = popc((holders & (0u - holders)) - 1u);  // the lowest lane holding it takes its next entry
-      b = mx;
-      if (lane == w) {
-        ++at;
-        head = at < 32 && lane < WARPS ? lds(wmax + lane * 32 + at) : -f32_inf();
-      }
-    }
+    for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, shfl_xor_f(b, o));
+    const float kth_head = k <= 32 ? shfl_f(warp_sort_desc(head, lane), k - 1) : -f32_inf();
     if (lane == 0) {
-      sts(bar_key, b);
-      sts(bar_idx, 0x7fffffff);  // (b, INT_MAX): every entry whose key is >= b is at least as good
+      sts(bar_key, fmaxf(b, kth_head));
+      sts(bar_idx, 0x7fffffff);  // (bar, INT_MAX): every entry whose key is >= bar is at least as good
     }
   }
   stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
