@@ -1,15 +1,17 @@
-"""A/B of the select kernel's bound (step 2 of kernels/similarity/select.cuh), in one process on one GPU.
+"""A/B of the select kernel (kernels/similarity/select.cuh) against another version of it, in one process on one GPU.
 
-after   the working tree's select.cuh: the larger of the k-th largest of the 32 warps' maxima and the largest of
-        the warps' k-th largest thread maxima (two reads and a sort in warp 0)
-before  the select.cuh in ``--before`` (e.g. 027b2c8's: warp 0 merges the warps' sorted maxima, one head a round
-        for k rounds, to the exact k-th largest of the 1024 threads' maxima)
+after   the working tree's select.cuh
+before  the select.cuh in ``--before``, e.g. 027b2c8's (warp 0 merges the warps' sorted maxima, one head a round
+        for k rounds, to the exact k-th largest of the 1024 threads' maxima; each thread whose maximum reaches the
+        bar walks its entries again alone) or 48cf1bf's (the bar from the warps' maxima and k-th maxima, one sort in
+        warp 0; the owners still walk alone)
 
 For each shape (fp16, d = 768, k = 10, inner product; the dense search, MERGE=5, on the default config of the
 store bucket of 65536 rows) both versions are compiled (benchmarks/_common.kernel_variant swaps the header in a
 copy of the kernel tree) and timed interleaved with the core's protocol: the search + select pair (L2 flushed
 before each) and the select alone over the key matrix the search left in L2 (no flush, as the op's stream has
-it); their indices must be equal. Results: benchmarks/results/similarity_select_bound[_TAG].json; a table last.
+it); their scores and indices must be equal. Results: benchmarks/results/similarity_select_bound[_TAG].json; a
+table last.
 
     mkdir -p ab_before/similarity
     git show 027b2c8:csrc/kernels/similarity/select.cuh > ab_before/similarity/select.cuh

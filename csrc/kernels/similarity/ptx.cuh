@@ -98,6 +98,8 @@ __device__ __forceinline__ int shfl_i(int v, int src) { return __shfl_sync(0xfff
 __device__ __forceinline__ void syncwarp() { __syncwarp(0xffffffffu); }
 __device__ __forceinline__ int popc(unsigned v) { return __popc(v); }
 __device__ __forceinline__ unsigned lanemask_lt(int lane) { return (1u << lane) - 1u; }
+// The lowest set bit's place (v != 0).
+__device__ __forceinline__ int lowest_set_bit(unsigned v) { return __ffs(v) - 1; }
 
 }  // namespace sim
 }  // namespace tunelab

@@ -6,9 +6,9 @@
 //
 //   1. The row's first kSelectWindow entries are copied to shared memory (16-byte cp.async, where the row is
 //      16-byte aligned), each thread owning the 4-entry chunks c = tid, tid + threads, ...; chunks past them are
-//      read from global memory in both passes (16-byte loads, four in flight per thread), and so are the last
-//      n % 4 entries and every entry of an unaligned row (one at a time: the op's rows are always aligned). Each
-//      thread keeps the largest of its entries.
+//      read from global memory in both passes (16-byte loads; four in flight per thread in the first), and so are
+//      the last n % 4 entries and every entry of an unaligned row (one at a time: the op's rows are always
+//      aligned). Each thread keeps the largest of its entries.
 //   2. A bar B that k distinct entries reach bounds the answer: nothing below B is in the top k. Each warp sorts
 //      its 32 threads' maxima across its lanes; B is the larger of the k-th largest of the 32 warps' maxima (k
 //      warps supply an entry >= it each) and the largest of the warps' k-th largest thread maxima (k threads of
@@ -17,10 +17,12 @@
 //      17% of ncu's warp samples at 50K/100 on an H100 (results/ncu_similarity_select_bound_h100.txt). Fewer than
 //      k entries that are not NaN: B = -inf.
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
-//      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the threads
-//      whose maximum reaches B look at their entries again: at 50K/100 on the H200 every thread's second pass took
-//      28% of ncu's warp samples (results/ncu_similarity_select_full_h200.txt; 14% more were the other warps
-//      waiting for warp 0's k rounds of step 2, 11% the wait for the window's copy). When more than
+//      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the
+//      entries of the threads whose maximum reaches B are looked at again, each such thread's by its whole warp.
+//      (At 50K/100 on the H200 every thread's second pass took 28% of ncu's warp samples,
+//      results/ncu_similarity_select_full_h200.txt, with 14% more for the other warps waiting for warp 0's k
+//      rounds of step 2 and 11% for the window's copy; after that the owners alone walking their entries kept
+//      the other warps waiting for 17% on an H100, ncu_similarity_select_bound_h100.txt.) When more than
 //      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
 //      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
 //
@@ -173,25 +175,29 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       slot += p2;
       if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, index_of(e + 3));
     };
-    // a thread whose largest entry is below the bar has none that reaches it: only the threads whose maximum does
-    // (k of them for real data) scan their entries again (a thread with only NaN entries has maximum -inf)
-    const bool mine = m >= bk;
-    for (int c = mine ? tid : chunks; c < chunks; c += T) offer4(lds4(win + 4 * c), 4 * c);
-    for (int c0 = mine ? chunks + tid : all_chunks; c0 < all_chunks; c0 += G * T) {
-      float4 v[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (c0 + g * T < all_chunks) offer4(v[g], 4 * (c0 + g * T));
-    }
     auto offer = [&](float x, int e) {
       if (passes(x, e)) {
         const int slot = atomic_add_shared(count, 1);
         if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, index_of(e));
       }
     };
-    for (int e = mine ? rest + tid : n; e < n; e += T) offer(row[e], e);
+    // a thread whose largest entry is below the bar has none that reaches it: only the entries of the threads whose
+    // maximum does (k of them for real data; a thread with only NaN entries has maximum -inf) are looked at again,
+    // each such thread's by its whole warp (lane j takes its j-th, j + 32-th, ... chunk: one thread alone walked
+    // its 12 chunks at 50K in a dependent chain that kept the block's other warps waiting for 17% of ncu's warp
+    // samples, results/ncu_similarity_select_bound_h100.txt)
+    const bool mine = m >= bk;
+    for (unsigned owners = ballot(mine); owners != 0u; owners &= owners - 1u) {
+      const int owner = warp * 32 + lowest_set_bit(owners);
+      // the owner's chunks: in the window owner + j * T (j < in_win), past it chunks + owner + (j - in_win) * T
+      const int in_win = chunks > owner ? (chunks - owner + T - 1) / T : 0;
+      const int past = all_chunks > chunks + owner ? (all_chunks - chunks - owner + T - 1) / T : 0;
+      for (int j = lane; j < in_win + past; j += 32) {
+        const int c = j < in_win ? owner + j * T : chunks + owner + (j - in_win) * T;
+        offer4(j < in_win ? lds4(win + 4 * c) : row4[c], 4 * c);
+      }
+      for (int e = rest + owner + lane * T; e < n; e += 32 * T) offer(row[e], e);
+    }
     if (mine) select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, offer);
     __syncthreads();
     m_count = lds(count);

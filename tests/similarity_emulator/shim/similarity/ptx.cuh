@@ -94,6 +94,7 @@ inline int shfl_i(int v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 inline void syncwarp() { __syncwarp(0xffffffffu); }
 inline int popc(unsigned v) { return __builtin_popcount(v); }
 inline unsigned lanemask_lt(int lane) { return (1u << lane) - 1u; }
+inline int lowest_set_bit(unsigned v) { return __builtin_ctz(v); }
 
 }  // namespace sim
 }  // namespace tunelab
