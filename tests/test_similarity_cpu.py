@@ -703,9 +703,9 @@ def test_short_tiles_for_few_queries_over_small_corpora():
     assert sim.FMA_SHORT_TILES_MAX_N == 131072
     assert bn(1, 16384, "float32") == bn(2, 131072, "float32") == 128
     assert bn(1, 262144, "float32") == bn(2, None, "float32") == 256
+    c = sim.default_config(1, 10, "float32", 768, arch="sm_90", n=65536)
+    assert (c["MMA"], c["BLOCK_N"], c["WARPS_N"]) == (4, 128, 8), c
     for metric in ("ip", "l2", "cosine"):
-        c = sim.default_config(1, 10, "float32", 768, arch="sm_90", n=65536)
-        assert (c["MMA"], c["BLOCK_N"], c["WARPS_N"]) == (4, 128, 8), c
         r = sim.compile_search(c, dtype="float32", metric=metric, arch="sm_90").resources
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (metric, c, r)
     cfg = sim.default_config(1, 10, "bfloat16", 768, arch="sm_90", n=131072)

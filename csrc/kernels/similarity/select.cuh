@@ -22,7 +22,7 @@
 //      (At 50K/100 on the H200 every thread's second pass took 28% of ncu's warp samples,
 //      results/ncu_similarity_select_full_h200.txt, with 14% more for the other warps waiting for warp 0's k
 //      rounds of step 2 and 11% for the window's copy; after that the owners alone walking their entries kept
-//      the other warps waiting for 17% on an H100, ncu_similarity_select_bound_h100.txt.) When more than
+//      the other warps waiting for 19% on an H100, ncu_similarity_select_pass_h100.txt.) When more than
 //      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
 //      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
 //
@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     // a thread whose largest entry is below the bar has none that reaches it: only the entries of the threads whose
     // maximum does (k of them for real data; a thread with only NaN entries has maximum -inf) are looked at again,
     // each such thread's by its whole warp (lane j takes its j-th, j + 32-th, ... chunk: one thread alone walked
-    // its 12 chunks at 50K in a dependent chain that kept the block's other warps waiting for 17% of ncu's warp
-    // samples, results/ncu_similarity_select_bound_h100.txt)
+    // its 12 chunks at 50K in a dependent chain that kept the block's other warps waiting for 19% of ncu's warp
+    // samples, results/ncu_similarity_select_pass_h100.txt)
     const bool mine = m >= bk;
     for (unsigned owners = ballot(mine); owners != 0u; owners &= owners - 1u) {
       const int owner = warp * 32 + lowest_set_bit(owners);
