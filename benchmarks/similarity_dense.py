@@ -77,22 +77,28 @@ def variants(nq: int, n: int, q, c) -> dict:
     return out
 
 
-def time_all(fns: dict, *, budget_s: float, rounds: int,
-             graph_below_us: float = GRAPH_BELOW_US) -> tuple[dict, bool]:
+def time_all(fns: dict, *, budget_s: float, rounds: int, graph_below_us: float = GRAPH_BELOW_US,
+             unflushed: frozenset = frozenset()) -> tuple[dict, bool]:
     """Interleaved samples of every callable (name -> µs array) and whether CUDA graphs were used (when one of them
-    takes under ``graph_below_us``; 0: never, every call after its own flush)."""
+    takes under ``graph_below_us``; 0: never, every call after its own flush). The callables named in ``unflushed``
+    run without the L2 flush (back to back, over what the previous call left in L2)."""
     import numpy as np
 
     from tunelab.timing import time_callable
 
-    probe = {k: float(np.median(time_callable(f, warmup=2, samples=3))) for k, f in fns.items()}
+    unknown = set(unflushed) - set(fns)
+    if unknown:
+        raise ValueError(f"time_all: unflushed names {sorted(unknown)} are not among the callables {sorted(fns)}")
+    probe = {k: float(np.median(time_callable(f, warmup=2, samples=3, flush_l2=k not in unflushed)))
+             for k, f in fns.items()}
     graph = min(probe.values()) < graph_below_us
     per = sum(probe.values()) * 1e-6
     n = int(max(3, min(30, budget_s / max(per, 1e-7) / rounds)))
     out = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
-            out[k].extend(time_callable(f, warmup=1, samples=n, cuda_graph=graph, graph_launches=10))
+            out[k].extend(time_callable(f, warmup=1, samples=n, cuda_graph=graph, graph_launches=10,
+                                        flush_l2=k not in unflushed))
     return {k: np.asarray(v) for k, v in out.items()}, graph
 
 

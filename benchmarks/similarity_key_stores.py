@@ -10,9 +10,9 @@ the dense default with TUNELAB_SIM_KEY_STORE (kernels/similarity/ptx.cuh, store_
   evict_first  an evict_first policy (3)
   cg           st.global.cg (4)
 
-and times, interleaved with the core's protocol (memset flush, CUDA events), the search alone and the search +
-select pair; plus the read-only kernel and torch. Indices are checked against the plain variant.
-Results: benchmarks/results/similarity_key_stores[_TAG].json; a table last.
+and times, interleaved with the core's protocol (memset flush, CUDA events; similarity_dense.time_all), the
+search alone and the search + select pair; plus the read-only kernel and torch. Indices are checked against the
+plain variant. Results: benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 
     python3 benchmarks/similarity_key_stores.py [--tag h200]
 """
@@ -32,18 +32,17 @@ VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
+    ap.add_argument("--budget-s", type=float, default=2.0, help="seconds of samples (similarity_dense.time_all)")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
     import torch
 
     from tunelab.ops import similarity as sim
+    from similarity_dense import Prepared, time_all
     from tunelab.stats import speedup_ci
-    from tunelab.timing import time_callable
     from tunelab.tuning.families.similarity import torch_topk
     from tunelab.tuning.family import next_pow2
-    from similarity_dense import Prepared
 
     clock = warm_up_gpu()
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
@@ -63,10 +62,7 @@ def main() -> int:
     for name, p in preps.items():
         fns[f"{name}/search"] = p.search
         fns[f"{name}/pair"] = p
-    samples = {k: [] for k in fns}
-    for _ in range(args.rounds):
-        for k, f in fns.items():
-            samples[k].extend(time_callable(f, warmup=2, samples=args.samples))
+    samples, _ = time_all(fns, budget_s=args.budget_s, rounds=args.rounds, graph_below_us=0)
     rows = {k: summarize(v) for k, v in samples.items()}
     speed = {}
     for name in preps:

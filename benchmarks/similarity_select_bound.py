@@ -8,10 +8,10 @@ before  the select.cuh in ``--before``, e.g. 027b2c8's (warp 0 merges the warps'
 
 For each shape (fp16, d = 768, k = 10, inner product; the dense search, MERGE=5, on the default config of the
 store bucket of 65536 rows) both versions are compiled (benchmarks/_common.kernel_variant swaps the header in a
-copy of the kernel tree) and timed interleaved with the core's protocol: the search + select pair (L2 flushed
-before each) and the select alone over the key matrix the search left in L2 (no flush, as the op's stream has
-it); their scores and indices must be equal. Results: benchmarks/results/similarity_select_bound[_TAG].json; a
-table last.
+copy of the kernel tree) and timed interleaved with the core's protocol (similarity_dense.time_all): the search +
+select pair (L2 flushed before each) and the select alone over the key matrix the search left in L2 (no flush, as
+the op's stream has it); their scores and indices must be equal. Results:
+benchmarks/results/similarity_select_bound[_TAG].json; a table last.
 
     mkdir -p ab_before/similarity
     git show 027b2c8:csrc/kernels/similarity/select.cuh > ab_before/similarity/select.cuh
@@ -34,18 +34,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=Path, required=True, help="directory laid out as csrc/kernels with the before "
                                                                  "similarity/select.cuh")
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
+    ap.add_argument("--budget-s", type=float, default=1.5, help="seconds of samples per shape (time_all)")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
     if not (args.before / "similarity" / "select.cuh").is_file():
         ap.error(f"--before {args.before}: no similarity/select.cuh there; make it with git show (see the docstring)")
     import torch
 
-    from similarity_dense import Prepared
+    from similarity_dense import Prepared, time_all
     from tunelab.ops import similarity as sim
     from tunelab.stats import speedup_ci
-    from tunelab.timing import time_callable
 
     clock = warm_up_gpu()
     rows = []
@@ -62,12 +61,9 @@ def main() -> int:
                      and torch.equal(preps["after"].scores, preps["before"].scores))
         fns = {}
         for side, p in preps.items():
-            fns[f"{side}/pair"] = (p, True)
-            fns[f"{side}/select"] = (p.merge, False)
-        samples = {k: [] for k in fns}
-        for _ in range(args.rounds):
-            for name, (f, flush) in fns.items():
-                samples[name].extend(time_callable(f, warmup=3, samples=args.samples, flush_l2=flush))
+            fns[f"{side}/pair"], fns[f"{side}/select"] = p, p.merge
+        samples, _ = time_all(fns, budget_s=args.budget_s, rounds=args.rounds, graph_below_us=0,
+                              unflushed=frozenset(k for k in fns if k.endswith("/select")))
         row = {"nq": nq, "n": n, "config": preps["after"].config, "splits": preps["after"].plan["splits"],
                "results_equal": equal, "us": {k: summarize(v) for k, v in samples.items()}}
         for part in ("pair", "select"):
