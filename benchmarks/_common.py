@@ -20,6 +20,18 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: pass comma-separated integers, e.g. 1,2,4") from None
 
 
+def int_list_in(lo: int, hi: int, why: str):
+    """argparse type: :func:`int_list` whose every value must lie in lo..hi (``why`` says what the range is)."""
+    def parse(text: str) -> list[int]:
+        values = int_list(text)
+        bad = [x for x in values if not lo <= x <= hi]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{text!r}: {bad} outside {lo}..{hi} ({why}); pass values in {lo}..{hi}")
+        return values
+
+    return parse
+
+
 @contextlib.contextmanager
 def kernel_variant(*, defines: dict[str, str] | None = None, headers: Path | None = None):
     """Inside the block, every NVRTC compile of the similarity ops gets ``defines`` added to its own and, with

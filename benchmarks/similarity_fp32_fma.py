@@ -3,9 +3,9 @@
 At nq <= 8 the fp32 main loop is bound by its instructions, not by HBM: 3xTF32 splits every corpus element into two
 tf32 halves (4 instructions) and runs 3 MMAs per m16n8k8 step for one useful query column in eight
 (results/ncu_similarity_fp32_nq1_h100.txt, similarity_fp32_compute.py). On the H200 that kept fp32 10M / nq = 1 at
-0.89x torch's GEMV (similarity.py at 3e59260, before the Veltkamp split). MMA=4 keeps MMA 0's tiles and cp.async ring but multiplies
-with FFMA, only for the warp's real query columns (1, 2, 4 or 8): per k-step two ldmatrix, 2 shuffles and 4 FFMAs
-per m16 block and column. This script measures, for each nq in ``--nqs`` (fp32, d = 768, k = 10, inner product):
+0.89x torch's GEMV (similarity.py at 3e59260, before the Veltkamp split). MMA=4 keeps MMA 0's tiles and cp.async
+ring but multiplies with FFMA, only for the warp's real query columns (1, 2, 4 or 8): per k-step two ldmatrix, 2
+shuffles and 4 FFMAs per m16 block and column. This script measures, for each nq in ``--nqs`` (fp32, d = 768, k = 10, inner product):
 
   rate    each config over an L2-resident corpus (``--rate-n`` rows, 38 MB at 12288) on 8 blocks, back to back without
           an L2 flush (the instruction ceiling, as similarity_fp32_compute.py), in GB/s per busy SM, next to a kernel
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, int_list, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, int_list, int_list_in, warm_up_gpu, write_result  # noqa: E402
 
 D, K = 768, 10
 
@@ -47,8 +47,10 @@ def reference_agreement(q, c, indices) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nqs", type=int_list, default="1,2,4,8", help="comma-separated query counts (1..8)")
-    ap.add_argument("--ns", type=int_list, default="50000,1000000,10000000", help="comma-separated corpus sizes for the search rows")
+    ap.add_argument("--nqs", type=int_list_in(1, 8, "MMA=4 is for few queries"), default="1,2,4,8",
+                    help="comma-separated query counts (1..8)")
+    ap.add_argument("--ns", type=int_list, default="50000,1000000,10000000",
+                    help="comma-separated corpus sizes for the search rows")
     ap.add_argument("--rate-n", type=int, default=12288, help="rows of the L2-resident corpus of the rate rows")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the search rows")
     ap.add_argument("--budget-s", type=float, default=1.5, help="seconds of samples per shape and round set")
@@ -57,8 +59,6 @@ def main() -> int:
     ap.add_argument("--tag", default="", help="suffix of the results file")
     args = ap.parse_args()
     nqs, ns = args.nqs, args.ns
-    if any(not 1 <= x <= 8 for x in nqs):
-        ap.error(f"--nqs {nqs}: MMA=4 is for few queries; pass counts 1..8")
     import torch
 
     from similarity_dense import Prepared, time_all, variant_rows

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, int_list, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import draw_search_inputs, int_list, int_list_in, summarize, warm_up_gpu, write_result  # noqa: E402
 
 D, K = 768, 10
 
@@ -45,14 +45,14 @@ def variants(nq: int) -> dict[str, dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nqs", type=int_list, default="16,32,100", help="comma-separated query counts (9..112)")
-    ap.add_argument("--ns", type=int_list, default="10000,25000,50000,65536,100000", help="comma-separated corpus sizes")
+    ap.add_argument("--nqs", type=int_list_in(9, 112, "the range a dense default would cover"), default="16,32,100",
+                    help="comma-separated query counts (9..112)")
+    ap.add_argument("--ns", type=int_list, default="10000,25000,50000,65536,100000",
+                    help="comma-separated corpus sizes")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     ap.add_argument("--tag", default="", help="suffix of the results file")
     args = ap.parse_args()
     nqs, ns = args.nqs, args.ns
-    if any(not 9 <= x <= 112 for x in nqs):
-        ap.error(f"--nqs {nqs}: query counts must be 9..112 (the range a dense default would cover)")
     import torch
 
     from similarity_dense import Prepared, time_all

@@ -38,7 +38,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, int_list, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (corpus_reader, draw_search_inputs, int_list, int_list_in, summarize,  # noqa: E402
+                     warm_up_gpu, write_result)
 
 D, K = 768, 10
 
@@ -69,13 +70,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", type=int_list, default="50000,200000,1000000", help="comma-separated corpus sizes")
     ap.add_argument("--dtypes", default="float16,float32", help="comma-separated: float16, bfloat16, float32")
-    ap.add_argument("--nqs", type=int_list, default="1", help="comma-separated query counts (1..8: the few-query default's range)")
+    ap.add_argument("--nqs", type=int_list_in(1, 8, "the few-query default's range"), default="1",
+                    help="comma-separated query counts (1..8)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     ap.add_argument("--tag", default="", help="suffix of the results file (similarity_small_nq_<tag>.json)")
     args = ap.parse_args()
     ns_list, nqs = args.ns, args.nqs
-    if any(not 1 <= x <= 8 for x in nqs):
-        ap.error(f"--nqs {nqs}: query counts must be 1..8 (the few-query default's range)")
     dtypes = [x.strip() for x in args.dtypes.split(",")]
     bad = [x for x in dtypes if x not in ("float16", "bfloat16", "float32")]
     if bad:
