@@ -355,8 +355,9 @@ def default_config(nq: int, k: int = 10, dtype: str = "float16", d: int | None =
         cfg = _cfg(128, 8, 64, 8, 1, 5, merge=MERGE_DENSE, epi=64, mma=3)
     elif nq <= 8:
         fma = eb == 4 and sm90 and nq <= FMA_MAX_NQ  # fp32 products by FFMA
-        short = not big or (n is not None and n <= (FMA_SHORT_TILES_MAX_N if fma else
-                                                    SHORT_TILES_MAX_N if eb == 2 else 0))
+        # 128-row tiles up to a corpus size: 16-bit inputs and FFMA have one; fp32 on 3xTF32 keeps 256 rows
+        short_max_n = FMA_SHORT_TILES_MAX_N if fma else SHORT_TILES_MAX_N if eb == 2 else None
+        short = not big or (n is not None and short_max_n is not None and n <= short_max_n)
         cfg = _cfg(128 if short else 256, 8, 256 // eb, 8, 1, 3, mma=4 if fma else 0)
     elif nq <= 112 and dense and wgmma:
         cfg = _cfg(128, _round8(nq), 64, 8, 1, 4, merge=MERGE_DENSE, epi=64, mma=3)
