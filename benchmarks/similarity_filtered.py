@@ -9,6 +9,9 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
               without N
   dense       default_config for the shape's store bucket (at most DENSE_MAX_N) with MERGE=5
   filtered    the same config with MERGE=6
+  filtered-before   (with --before DIR) the same MERGE=6 config compiled from DIR's headers (laid out as
+              csrc/kernels, holding only the files to replace: _common.kernel_variant), e.g. topk.cuh before the
+              global bars, so that a kernel change is measured in one process against what it replaced
 
 Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search
@@ -16,7 +19,12 @@ appended (mean and largest; the select reads those), and at 50K / 100 the fused,
 kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
 (environment fingerprint inside); a short table last. About 3 minutes on an H100.
 
-    python3 benchmarks/similarity_filtered.py [--quick] [--tag _h100]
+    python3 benchmarks/similarity_filtered.py [--quick] [--tag _h100] [--before DIR]
+
+The before directory of the global bars' A/B (results/similarity_filtered_h100_gbar.json):
+
+    mkdir -p ab_before/similarity
+    git show 9295b4c:csrc/kernels/similarity/topk.cuh > ab_before/similarity/topk.cuh
 """
 from __future__ import annotations
 
@@ -25,7 +33,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, warm_up_gpu, write_result  # noqa: E402
+from _common import draw_search_inputs, kernel_variant, warm_up_gpu, write_result  # noqa: E402
 from similarity_dense import K, Prepared, kernels_alone, time_all, variant_rows  # noqa: E402
 
 D = 768
@@ -37,15 +45,19 @@ SHAPES = [(100, 50_000, "float16"), (100, 10_000, "float16"), (100, 25_000, "flo
 QUICK_SHAPES = [(100, 50_000, "float16"), (1, 50_000, "float16"), (100, 50_000, "float32")]
 
 
-def variants(nq: int, n: int, dtype: str, q, c) -> dict:
+def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None) -> dict:
     from tunelab.ops import similarity as sim
     from tunelab.tuning.family import next_pow2
 
     fused = sim.default_config(nq, K, dtype, D)
     bucket = min(next_pow2(n), sim.DENSE_MAX_N)  # past the rule: its largest bucket's config
     dense = dict(sim.default_config(nq, K, dtype, D, n=bucket), MERGE=sim.MERGE_DENSE)
-    return {"fused": Prepared(fused, q, c), "dense": Prepared(dense, q, c),
-            "filtered": Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)}
+    out = {"fused": Prepared(fused, q, c), "dense": Prepared(dense, q, c),
+           "filtered": Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)}
+    if before is not None:
+        with kernel_variant(headers=before):
+            out["filtered-before"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
+    return out
 
 
 def candidates(prep: Prepared) -> dict:
@@ -64,7 +76,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three shapes, fewer samples")
     ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. _h100)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="directory laid out as csrc/kernels with the headers of the 'filtered-before' arm")
     args = ap.parse_args()
+    if args.before is not None and not any(args.before.rglob("*.cuh")):
+        ap.error(f"--before {args.before}: no .cuh header there; make it with git show (see the docstring)")
     import torch
 
     from tunelab.tuning.families.similarity import torch_topk
@@ -73,27 +89,30 @@ def main() -> int:
     rows = []
     for nq, n, dtype in (QUICK_SHAPES if args.quick else SHAPES):
         q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=n + nq)
-        fns = variants(nq, n, dtype, q, c)
+        fns = variants(nq, n, dtype, q, c, args.before)
         cand = candidates(fns["filtered"])
+        cand_before = candidates(fns["filtered-before"]) if args.before else None
         for f in fns.values():
             f()
         torch.cuda.synchronize()
-        same = (torch.equal(fns["filtered"].indices, fns["dense"].indices)
-                and torch.equal(fns["filtered"].scores, fns["dense"].scores))
+        same = all(torch.equal(fns[a].indices, fns["dense"].indices) and torch.equal(fns[a].scores, fns["dense"].scores)
+                   for a in fns if a.startswith("filtered"))
         fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
                "filtered_equals_dense": same, "candidates_per_query": cand,
+               **({"candidates_per_query_before": cand_before} if cand_before else {}),
                "variants": variant_rows(samples, fns, "dense")}
         if (nq, n, dtype) == (100, 50_000, "float16"):
-            row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in ("fused", "dense", "filtered")}
+            row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in fns if k != "torch"}
         rows.append(row)
         del fns, q, c
         torch.cuda.empty_cache()
     path = write_result(f"similarity_filtered{args.tag}", {"quick": args.quick, "sm_mhz_after_warmup": clock,
+                                                           "before": str(args.before) if args.before else None,
                                                            "rows": rows})
     print(f"wrote {path}")
-    arms = ("torch", "fused", "dense", "filtered")
+    arms = ("torch", "fused", "dense", "filtered") + (("filtered-before",) if args.before else ())
     print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")
     for r in rows:
         cells = []
@@ -103,7 +122,9 @@ def main() -> int:
             cells.append(f"{v['us']['median']:8.1f}" + (f" {sp:5.2f}x" if sp else " " * 7))
         gain = r["variants"]["filtered"]["speedup_vs_dense"]
         ok = "" if r["filtered_equals_dense"] else "  MISMATCH"
-        print(f"{r['nq']:>4} {r['n']:>7} {r['dtype']:>8} {r['candidates_per_query']['mean']:7.0f}  " +
+        before = r.get("candidates_per_query_before")
+        print(f"{r['nq']:>4} {r['n']:>7} {r['dtype']:>8} {r['candidates_per_query']['mean']:7.0f}"
+              + (f" ({before['mean']:.0f} before)" if before else "") + "  " +
               "  ".join(cells) + f"  {gain['estimate']:.3f} [{gain['ci95'][0]:.3f}, {gain['ci95'][1]:.3f}]" + ok)
     for r in rows:
         if "kernels_alone" in r:

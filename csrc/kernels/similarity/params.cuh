@@ -113,9 +113,11 @@ TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDens
 // for every row of the split) and appends there every key of its tiles that reaches its block's bar for the query,
 // with the key's row; the count of segment s goes to the row's cand_idx at offset splits * R + s
 // (topk_filter_ld()). The bar: each tile group's first tile bounds each query column by the k-th largest of its
-// holders' maxima (k keys of that tile are at least as large, and that group appends them), and every tile
-// filters by the larger of its block's two groups' bounds (TopkBlock::filter_bound_pass() says why the answer
-// stays exact, ties included). No state outlives the launch: the select kernel reads the counts the search wrote.
+// holders' maxima (k keys of that tile are at least as large, and that group appends them) and raises the query's
+// global bar (a word of cand_key at the same offset splits * R, atomic max) to it; every tile filters by the largest
+// of its block's two groups' bounds and the global bar (TopkBlock::filter_bound_pass() says why the answer stays
+// exact, ties included). No state outlives the launch: every block resets its queries' global bars at its start,
+// and the select kernel reads the counts the search wrote.
 constexpr int kMergeFiltered = 6;
 TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeFiltered; }
 // MERGE 5 and 6: no running top-k in the search (the select kernel after it takes the k best).

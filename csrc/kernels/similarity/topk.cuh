@@ -1181,44 +1181,93 @@ struct TopkBlock {
   __device__ __forceinline__ int* filter_count(int c) const {
     return reinterpret_cast<int*>(scores - grp * (Tr::kScoreBytes / 4) + c * Tr::kFilterPitch + HOLDERS + 1);
   }
+  // The bar the group filters tile `tile` by (filter_stage_bars()), in the region's two padding words by the tile's
+  // parity: a warp may stage the next tile's bars while another still reads this tile's.
+  __device__ __forceinline__ float* filter_bar(int c, int tile) const {
+    return scores + c * Tr::kFilterPitch + HOLDERS + 2 + (tile & 1);
+  }
+  // Query q0 + c's global bar: the word of its cand_key row after the segments (cand_idx holds segment 0's count
+  // at that place; the select reads no key there). The diagnosis build's timelines fill cand_key from its start:
+  // a bar word among them is not used (global_bar_usable()).
+  __device__ __forceinline__ unsigned* global_bar(int c) const {
+    return reinterpret_cast<unsigned*>(p.cand_key) + static_cast<long long>(q0 + c) * p.dense_ld +
+           static_cast<long long>(gridDim.y) * p.tiles_per_split * BN;
+  }
+  __device__ __forceinline__ bool global_bar_usable(int c) const {
+    if (q0 + c >= p.nq) return false;
+    if constexpr (kTrace) {
+      const long long timelines = static_cast<long long>(gridDim.x) * gridDim.y * 2 * kTraceSlots * 8;
+      return reinterpret_cast<const unsigned char*>(global_bar(c)) -
+                 reinterpret_cast<const unsigned char*>(p.cand_key) >= timelines;
+    }
+    return true;
+  }
 
   // MERGE=6, a tile group's first tile: each holder of a column's accumulators offers the largest of its keys, and
   // the k-th largest of those maxima bounds the column's answer (as in bound_pass(): k holders supply k distinct
-  // keys at least as large). Every tile of the block then filters by that bound, with ping-pong by the larger of
-  // its two groups' bounds (the other group's as this group reads it: -inf until that group sets it once). Why the
-  // answer stays exact with two groups (with one it is the bound pass's own argument): a group
-  // sets its bound before it reads the other's, so the group whose bound is the larger reads the other's as it is
-  // or -inf and filters its first tile by its own bound, appending the k keys that back it; the smaller bound is
-  // backed by the same k keys. A key below a bound some group set is beaten by k appended keys (ties included:
-  // they are at least as large, and a key equal to the bar passes), so no key of the answer is dropped. Fewer
-  // than k holders with a real key leave -inf (no bound); the launcher takes k <= 32 with MERGE=6.
+  // keys at least as large). The group raises the query's global bar to it (global_bar()), and every tile of every
+  // block filters by the largest of its group's bound, the other group's (ping-pong) and the global bar as the
+  // group reads them (filter_stage_bars()). Why the answer stays exact: every value a tile filters by is a bound
+  // some group set. Take the bounds from the largest down. The group that set bound b filtered its first tile by
+  // the largest of b and bounds it read; if that is b, it appended the k keys that back b; if it is a larger bound,
+  // that one has k appended keys at least as large (by the step before), and so does b. So every bar has k appended
+  // keys at least as large, and a key below a bar is beaten by them (ties included: they are at least as large, and
+  // a key equal to the bar passes): no key of the answer is dropped. Fewer than k holders with a real key leave
+  // -inf (no bound); the launcher takes k <= 32 with MERGE=6.
+  //
+  // The global bar is what makes the filter tight at small N: a block's own first tile of 128 rows bounds a query by
+  // about its top 8% (~3,900 of 50K keys appended per query at 50K / 100), the largest bound over all blocks by
+  // about its top 0.06%. Every block resets its queries' words at its start (filter_reset_global_bars()), before
+  // it reads them, so a word never holds another launch's bar; a block that starts after another raised a word
+  // only lowers it to no bar, which the argument above allows.
   __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
-    select_bounds(
-        Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; }, [&](int c, float b) { sts(filter_bound(c), b); });
+    select_bounds(Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; },
+                  [&](int c, float b) {
+                    sts(filter_bound(c), b);
+                    if (b > -f32_inf() && global_bar_usable(c)) global_bar_raise(global_bar(c), ordered_bits(b));
+                  });
     block_sync();  // every warp of the group filters by the bounds
   }
+  // MERGE=6, at the block's start (group 0's threads, before the barrier that publishes the filter region's
+  // initialization): no global bar yet for the block's queries.
+  __device__ __forceinline__ void filter_reset_global_bars() const {
+    for (int c = gtid; c < BQ; c += Tr::kGroupThreads)
+      if (global_bar_usable(c)) global_bar_reset(global_bar(c));
+  }
+  // MERGE=6, every tile: the bar of each query column for this tile, the largest of the group's bound, the other
+  // group's (ping-pong: as this group reads it, -inf until that group sets it) and the query's global bar, one
+  // thread per column; one load of L2 per column instead of one per holder of it.
+  __device__ __forceinline__ void filter_stage_bars(int tile) {
+    for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
+      float bar = lds(filter_bound(c));
+      if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(c)));
+      if (global_bar_usable(c)) bar = fmaxf(bar, ordered_float(global_bar_load(global_bar(c))));
+      sts(filter_bar(c, tile), bar);
+    }
+    block_sync();
+  }
 
-  // MERGE=6: every key of the tile that reaches its column's bar (the larger of the block's two bounds) is appended
-  // with its row to the split's segment of the query's candidate row (params.cuh topk_filtered()): each thread
-  // counts its passing keys per column and takes their places with one shared atomic on the block's count, then
-  // stores them there. No barrier, no warp collective, no global atomic, no branch between columns: keys of rows
-  // past n and NaN keys never pass, padding query columns have no row. A thread keeps its pass flags between its two
-  // walks (the other group may set its bound in between). Measured forms, at nq = 100 on an H100
+  // MERGE=6: every key of the tile that reaches its column's bar (filter_stage_bars()) is appended with its row to
+  // the split's segment of the query's candidate row (params.cuh topk_filtered()): each thread counts its passing
+  // keys per column and takes their places with one shared atomic on the block's count, then stores them there. One
+  // group barrier (the staged bars), no warp collective, no global atomic, no branch between columns: keys of rows
+  // past n and NaN keys never pass, padding query columns have no row. Measured forms, at nq = 100 on an H100
   // (similarity_probe.py --variants filtered --trace, ncu's source counters), all with bars in global memory that
   // every group's first-tile bound raised by atomic max, and a global atomic per column and tile reserving the
   // group's slots in one row per query: the 8 holders of a column in a warp summing their keys by shuffles in
   // every column took 20-22 us for a group's first tile and 13 for later ones (the dense search's stores take well
   // under 1); keys staged in shared memory and copied out by one thread per column 16 and 8, with 15% of the warps'
   // stall samples on instruction-cache misses in its unrolled code; one shared atomic per thread and column, one
-  // global one per column and shuffle-selected bounds 14.9 and 6.1. This form (block-local bars, segments, bounds
-  // selected per thread): 5.6 and 3.3; with the 8 holders of a column in a warp scanning their counts by shuffles
+  // global one per column and shuffle-selected bounds 14.9 and 6.1. This form with block-local bars only
+  // (segments, bounds selected per thread): 5.6 and 3.3; with the 8 holders of a column in a warp scanning their counts by shuffles
   // and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0 and 5.9.
   __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
+    filter_stage_bars(tile);
     constexpr int KEYS = 2 * MT;  // a thread's keys of one column
     unsigned bits[(NT * 2 * KEYS + 31) / 32];
 #pragma unroll
@@ -1230,8 +1279,7 @@ struct TopkBlock {
       for (int e = 0; e < 2; ++e) {
         const int col = query_col(nt, e, t);
         const bool live = q0 + col < p.nq;
-        float bar = lds(filter_bound(col));
-        if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(col)));
+        const float bar = lds(filter_bar(col, tile));
         int cnt = 0;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -1602,6 +1650,7 @@ struct TopkBlock {
         sts(filter_bound(c), -f32_inf());  // this group's bounds
         if (grp == 0) sts(filter_count(c), 0);  // and the block's counts
       }
+      if (grp == 0) filter_reset_global_bars();
     } else if constexpr (!Tr::kDense) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
