@@ -87,7 +87,7 @@ __device__ __forceinline__ void store_key(float* a, float v, unsigned long long 
 #endif
 }
 
-// MERGE=6's global bars (TopkBlock::filter_bound_pass): a query's bar as one 32-bit word in global memory that every
+// MERGE=6's global bars (TopkBlock::filter_stage_bars): a query's bar as one 32-bit word in global memory that every
 // block raises by an atomic max and reads back. ordered_bits() maps floats to unsigned words in the same order (0 is
 // below every key's word: no bar); ordered_float() maps back, 0 to -inf. The load and the reset are relaxed at GPU
 // scope (no stale L1 line); the raise needs no result (red).

@@ -592,9 +592,6 @@ struct TopkBlock {
   bool tl_live;  // this thread keeps a list: a part of a real (not padding) query column
   float* part_bar;  // [LIST_PARTS][BQ]
   ThreadTopk<Tr::kListCap> tl;
-  // MERGE=6: the global bars of this thread's query columns as read at the end of its previous tile's epilogue
-  // (filter_prefetch_global_bars(); 0, no bar, before its first tile), so that no tile waits on a load from L2
-  unsigned gbar_next[Tr::kFiltered ? NT : 1][2] = {};
 
   __device__ __forceinline__ TopkBlock(const SearchParams& params, unsigned char* s) : p(params), smem(s) {
     tid = static_cast<int>(threadIdx.x);
@@ -1184,6 +1181,11 @@ struct TopkBlock {
   __device__ __forceinline__ int* filter_count(int c) const {
     return reinterpret_cast<int*>(scores - grp * (Tr::kScoreBytes / 4) + c * Tr::kFilterPitch + HOLDERS + 1);
   }
+  // The bar the group filters tile `tile` by (filter_stage_bars()), in the region's two padding words by the tile's
+  // parity: a warp may stage the next tile's bars while another still reads this tile's.
+  __device__ __forceinline__ float* filter_bar(int c, int tile) const {
+    return scores + c * Tr::kFilterPitch + HOLDERS + 2 + (tile & 1);
+  }
   // Query q0 + c's global bar: the word of its cand_key row after the segments (cand_idx holds segment 0's count
   // at that place; the select reads no key there). The diagnosis build's timelines fill cand_key from its start:
   // a bar word among them is not used (global_bar_usable()).
@@ -1205,7 +1207,7 @@ struct TopkBlock {
   // the k-th largest of those maxima bounds the column's answer (as in bound_pass(): k holders supply k distinct
   // keys at least as large). The group raises the query's global bar to it (global_bar()), and every tile of every
   // block filters by the largest of its group's bound, the other group's (ping-pong) and the global bar as the
-  // thread read them (filter_epilogue()). Why the answer stays exact: every value a tile filters by is a bound
+  // group reads them (filter_stage_bars()). Why the answer stays exact: every value a tile filters by is a bound
   // some group set. Take the bounds from the largest down. The group that set bound b filtered its first tile by
   // the largest of b and bounds it read; if that is b, it appended the k keys that back b; if it is a larger bound,
   // that one has k appended keys at least as large (by the step before), and so does b. So every bar has k appended
@@ -1234,40 +1236,43 @@ struct TopkBlock {
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads)
       if (global_bar_usable(c)) global_bar_reset(global_bar(c));
   }
-  // MERGE=6, after a tile's epilogue: this thread's columns' global bars for its next tile (held in registers through
-  // that tile's main loop, which hides the load). Read at the start of the epilogue that uses them, they cost each
-  // tile a load from L2 and a barrier on its critical path (~0.8 us a tile at 50K / 100 on an H100 with the load
-  // staged in shared memory, similarity_probe.py --variants filtered --trace). An older bar is still a bar.
-  __device__ __forceinline__ void filter_prefetch_global_bars() {
-    const int t = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-        gbar_next[nt][e] = global_bar_usable(col) ? global_bar_load(global_bar(col)) : 0u;
-      }
+  // MERGE=6, every tile: the bar of each query column for this tile, the largest of the group's bound, the other
+  // group's (ping-pong: as this group reads it, -inf until that group sets it) and the query's global bar, one
+  // thread per column; one load of L2 per column instead of one per holder of it. Each thread reading its columns'
+  // global bars at the end of its previous tile instead (no load or barrier here) measured worse on an H100 at
+  // 50K / 100 (results/similarity_filtered_h100_gbar_prefetch.json against similarity_filtered_h100_gbar.json):
+  // those bars are older, 3,195 candidates a query against 1,668, and the pair took 57.7 against 53.9 us.
+  __device__ __forceinline__ void filter_stage_bars(int tile) {
+    for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
+      float bar = lds(filter_bound(c));
+      if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(c)));
+      if (global_bar_usable(c)) bar = fmaxf(bar, ordered_float(global_bar_load(global_bar(c))));
+      sts(filter_bar(c, tile), bar);
+    }
+    block_sync();
   }
 
-  // MERGE=6: every key of the tile that reaches its column's bar is appended with its row to the split's segment of the
-  // query's candidate row (params.cuh topk_filtered()): each thread counts its passing keys per column and takes their
-  // places with one shared atomic on the block's count, then stores them there. Its bar is the largest of the group's
-  // bound, the other group's and the global bar this thread read after its last tile. No barrier, no warp collective,
-  // no global atomic, no branch between columns: keys of rows past n and NaN keys never pass, padding query columns
-  // have no row. A thread keeps its pass flags between its two walks (the other group may set its bound in between).
-  // Measured forms, at nq = 100 on an H100 (similarity_probe.py --variants filtered --trace, ncu's source counters),
-  // all with bars in global memory that every group's first-tile bound raised by atomic max, and a global atomic per
-  // column and tile reserving the group's slots in one row per query: the 8 holders of a column in a warp summing their
-  // keys by shuffles in every column took 20-22 us for a group's first tile and 13 for later ones (the dense search's
-  // stores take well under 1); keys staged in shared memory and copied out by one thread per column 16 and 8, with 15%
-  // of the warps' stall samples on instruction-cache misses in its unrolled code; one shared atomic per thread and
-  // column, one global one per column and shuffle-selected bounds 14.9 and 6.1. This form with block-local bars only
-  // (segments, bounds selected per thread): 5.6 and 3.3; with the 8 holders of a column in a warp scanning their counts
-  // by shuffles and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0 and 5.9.
+  // MERGE=6: every key of the tile that reaches its column's bar (filter_stage_bars()) is appended with its row to
+  // the split's segment of the query's candidate row (params.cuh topk_filtered()): each thread counts its passing
+  // keys per column and takes their places with one shared atomic on the block's count, then stores them there. One
+  // group barrier (the staged bars), no warp collective, no global atomic, no branch between columns: keys of rows
+  // past n and NaN keys never pass, padding query columns have no row. Measured forms, at nq = 100 on an H100
+  // (similarity_probe.py --variants filtered --trace, ncu's source counters), all with bars in global memory that
+  // every group's first-tile bound raised by atomic max, and a global atomic per column and tile reserving the
+  // group's slots in one row per query: the 8 holders of a column in a warp summing their keys by shuffles in
+  // every column took 20-22 us for a group's first tile and 13 for later ones (the dense search's stores take well
+  // under 1); keys staged in shared memory and copied out by one thread per column 16 and 8, with 15% of the warps'
+  // stall samples on instruction-cache misses in its unrolled code; one shared atomic per thread and column, one
+  // global one per column and shuffle-selected bounds 14.9 and 6.1. This form with block-local bars only
+  // (segments, bounds selected per thread): 5.6 and 3.3; with the 8 holders of a column in a warp scanning their
+  // counts by shuffles and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0
+  // and 5.9. With the global bars staged (filter_stage_bars()): 7.9 and 4.1
+  // (results/similarity_probe_filtered_trace_gbar_h100.json), but 2.3x fewer candidates for the select.
   __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
+    filter_stage_bars(tile);
     constexpr int KEYS = 2 * MT;  // a thread's keys of one column
     unsigned bits[(NT * 2 * KEYS + 31) / 32];
 #pragma unroll
@@ -1279,8 +1284,7 @@ struct TopkBlock {
       for (int e = 0; e < 2; ++e) {
         const int col = query_col(nt, e, t);
         const bool live = q0 + col < p.nq;
-        float bar = fmaxf(lds(filter_bound(col)), ordered_float(gbar_next[nt][e]));
-        if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(col)));
+        const float bar = lds(filter_bar(col, tile));
         int cnt = 0;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -1319,7 +1323,6 @@ struct TopkBlock {
         }
       }
     }
-    filter_prefetch_global_bars();
   }
 
   // MERGE=6, after the block's last tile (every MMA warp past mma_warps_sync()): each query column's count of
