@@ -297,8 +297,8 @@ def test_filtered_search_matches_dense_and_reference():
     fit a device call), k from 1 to 32, N not a multiple of a tile, and on a new corpus after an old one; its
     segment counts (filter_counts) fit their segments and reach k per query, far fewer than N at 60K rows (under 5%,
     which the global bars make: 7.7% without them), also where the candidate buffers start out holding bars above
-    every key; rows
-    that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an explicit MERGE=6."""
+    every key; rows that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an
+    explicit MERGE=6."""
     from tunelab.errors import InputError
     from tunelab.tuning.families.similarity import check_topk
 

@@ -1181,10 +1181,12 @@ struct TopkBlock {
   __device__ __forceinline__ int* filter_count(int c) const {
     return reinterpret_cast<int*>(scores - grp * (Tr::kScoreBytes / 4) + c * Tr::kFilterPitch + HOLDERS + 1);
   }
-  // The bar the group filters tile `tile` by (filter_stage_bars()), in the region's two padding words by the tile's
-  // parity: a warp may stage the next tile's bars while another still reads this tile's.
+  // The bar the group filters tile `tile` by (filter_stage_bars()), in the region's two padding words by the parity
+  // of the group's turn (with ping-pong a group's tiles are every other one: tile / kGroups alternates): a warp may
+  // stage its next turn's bars while another still reads this turn's, but not the turn after, whose staging waits
+  // at the next turn's barrier for every warp of the group.
   __device__ __forceinline__ float* filter_bar(int c, int tile) const {
-    return scores + c * Tr::kFilterPitch + HOLDERS + 2 + (tile & 1);
+    return scores + c * Tr::kFilterPitch + HOLDERS + 2 + ((tile / Tr::kGroups) & 1);
   }
   // Query q0 + c's global bar: the word of its cand_key row after the segments (cand_idx holds segment 0's count
   // at that place; the select reads no key there). The diagnosis build's timelines fill cand_key from its start:
