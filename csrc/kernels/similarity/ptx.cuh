@@ -87,17 +87,9 @@ __device__ __forceinline__ void store_key(float* a, float v, unsigned long long 
 #endif
 }
 
-// MERGE=6's global bars (TopkBlock::filter_stage_bars): a query's bar as one 32-bit word in global memory that every
-// block raises by an atomic max and reads back. ordered_bits() maps floats to unsigned words in the same order (0 is
-// below every key's word: no bar); ordered_float() maps back, 0 to -inf. The load and the reset are relaxed at GPU
-// scope (no stale L1 line); the raise needs no result (red).
-__device__ __forceinline__ unsigned ordered_bits(float x) {
-  const unsigned u = __float_as_uint(x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float ordered_float(unsigned u) {
-  return u == 0u ? -f32_inf() : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
-}
+// MERGE=6's global bars (TopkBlock::filter_stage_bars): a query's bar as one 32-bit word in global memory (encoded
+// by topk.cuh's ordered_bits()) that every block raises by an atomic max and reads back. The load and the reset are
+// relaxed at GPU scope (no stale L1 line); the raise needs no result (red).
 __device__ __forceinline__ void global_bar_raise(unsigned* a, unsigned v) {
   asm volatile("red.relaxed.gpu.global.max.u32 [%0], %1;\n" ::"l"(a), "r"(v) : "memory");
 }

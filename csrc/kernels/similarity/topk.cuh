@@ -349,6 +349,16 @@ __device__ __forceinline__ void consume(const QueryList& ql, const float (&v)[R]
   syncwarp();
 }
 
+// MERGE=6's global bars (TopkBlock::global_bar()): a float as an unsigned word in the same order, so that an
+// unsigned atomic max raises a bar; 0 is below every key's word and means no bar (ordered_float(0) = -inf).
+__device__ __forceinline__ unsigned ordered_bits(float x) {
+  const unsigned u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float ordered_float(unsigned u) {
+  return u == 0u ? -f32_inf() : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
 // ------------------------------------------------------------------------------------------ search kernel
 
 // MMA_ selects the main loop's tensor-core path:

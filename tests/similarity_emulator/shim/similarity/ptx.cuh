@@ -43,17 +43,10 @@ inline float4 lds4(const float* p) {
 inline unsigned long long key_store_policy() { return 0; }
 inline void store_key(float* a, float v, unsigned long long) { *a = v; }
 
-// MERGE=6's global bars: the GPU build's encoding; the raise and the load are plain (one OS thread). The reset is
-// none: the emulator runs the blocks one after another, so a block's reset at its start would erase the bars of
-// every block before it, where on the GPU a wave's blocks all reset before any raises one. The driver zero-fills
-// the bar words before the launch instead, and later blocks then filter by earlier blocks' bars.
-inline unsigned ordered_bits(float x) {
-  const unsigned u = __float_as_uint(x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-inline float ordered_float(unsigned u) {
-  return u == 0u ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
-}
+// MERGE=6's global bars: the raise and the load are plain (one OS thread). The reset is none: the emulator runs the
+// blocks one after another, so a block's reset at its start would erase the bars of every block before it, where on
+// the GPU a wave's blocks all reset before any raises one. The driver zero-fills the bar words before the launch
+// instead, and later blocks then filter by earlier blocks' bars.
 inline void global_bar_raise(unsigned* a, unsigned v) { *a = *a > v ? *a : v; }
 inline unsigned global_bar_load(const unsigned* a) { return *a; }
 inline void global_bar_reset(unsigned*) {}
