@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   float* qkey = win + kSelectWindow;                                // [CAP] the queue
   int* qidx = reinterpret_cast<int*>(qkey + CAP);
   float* wmax = reinterpret_cast<float*>(qidx + CAP);               // [2][32] the warps' largest, k-th maxima
-  int* count = reinterpret_cast<int*>(wmax + WARPS * 32);           // queue length (past the launcher's 1024)
+  int* count = reinterpret_cast<int*>(wmax + 2 * 32);               // queue length
   float* bar_key = reinterpret_cast<float*>(count + 1);             // the bar of the next pass
   int* bar_idx = count + 2;
   float* qnorm = reinterpret_cast<float*>(count + 3);
