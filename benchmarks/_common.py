@@ -32,6 +32,21 @@ def int_list_in(lo: int, hi: int, why: str):
     return parse
 
 
+def headers_dir(*required: str):
+    """argparse type: a directory laid out as csrc/kernels with the headers of an A/B's before arm
+    (:func:`kernel_variant`'s ``headers``), holding each of ``required`` (paths inside it), or any header."""
+    def parse(text: str) -> Path:
+        d = Path(text)
+        missing = [r for r in required if not (d / r).is_file()]
+        if missing or not any(d.rglob("*.cuh")):
+            what = ", ".join(missing) if missing else "header (.cuh)"
+            raise argparse.ArgumentTypeError(f"{text!r} holds no {what}: make the before directory with git show "
+                                             f"(the script's docstring says how)")
+        return d
+
+    return parse
+
+
 @contextlib.contextmanager
 def kernel_variant(*, defines: dict[str, str] | None = None, headers: Path | None = None):
     """Inside the block, every NVRTC compile of the similarity ops gets ``defines`` added to its own and, with
@@ -67,6 +82,15 @@ def kernel_variant(*, defines: dict[str, str] | None = None, headers: Path | Non
         sim._COMPILED.clear()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def speedup(base_us, ours_us) -> dict:
+    """How many times faster ``ours_us`` is than ``base_us`` (two sets of µs samples, unpaired): the ratio of their
+    medians and its bootstrap 95% CI, as the results files record it ({"estimate", "ci95": [low, high]})."""
+    from tunelab.stats import speedup_ci
+
+    ci = speedup_ci(base_us, ours_us, paired=False, n_resamples=2000, seed=0)
+    return {"estimate": ci.estimate, "ci95": [ci.low, ci.high]}
 
 
 def summarize(samples_us) -> dict[str, float]:

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import summarize, write_result  # noqa: E402
+from _common import speedup, summarize, write_result  # noqa: E402
 
 GRAPH_BELOW_US = 20.0
 K = 10
@@ -76,13 +76,6 @@ def time_pair(fn_a, fn_b, *, budget_s: float = 1.5, rounds: int = 5):
         a.extend(time_callable(fn_a, warmup=1, samples=n, cuda_graph=graph, graph_launches=10))
         b.extend(time_callable(fn_b, warmup=1, samples=n, cuda_graph=graph, graph_launches=10))
     return np.asarray(a), np.asarray(b), graph
-
-
-def speedup(base, ours) -> dict:
-    from tunelab.stats import speedup_ci
-
-    ci = speedup_ci(base, ours, paired=False, n_resamples=2000, seed=0)
-    return {"estimate": ci.estimate, "ci95": [ci.low, ci.high]}
 
 
 # ------------------------------------------------------------------------------------------------ ceilings

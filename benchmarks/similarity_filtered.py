@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, kernel_variant, warm_up_gpu, write_result  # noqa: E402
+from _common import draw_search_inputs, headers_dir, kernel_variant, warm_up_gpu, write_result  # noqa: E402
 from similarity_dense import K, Prepared, kernels_alone, time_all, variant_rows  # noqa: E402
 
 D = 768
@@ -76,11 +76,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three shapes, fewer samples")
     ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. _h100)")
-    ap.add_argument("--before", type=Path, default=None,
+    ap.add_argument("--before", type=headers_dir(), default=None,
                     help="directory laid out as csrc/kernels with the headers of the 'filtered-before' arm")
     args = ap.parse_args()
-    if args.before is not None and not any(args.before.rglob("*.cuh")):
-        ap.error(f"--before {args.before}: no .cuh header there; make it with git show (see the docstring)")
     import torch
 
     from tunelab.tuning.families.similarity import torch_topk

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import corpus_reader, draw_search_inputs, speedup, summarize, warm_up_gpu, write_result  # noqa: E402
 
 NQ, N, D, K = 100, 50_000, 768, 10
 ROUNDS, SAMPLES = 6, 15
@@ -36,7 +36,6 @@ def main() -> int:
     import torch
 
     from tunelab.ops import similarity as sim
-    from tunelab.stats import speedup_ci
     from tunelab.timing import l2_flush_bytes
     from tunelab.tuning.families.similarity import torch_topk
 
@@ -79,9 +78,7 @@ def main() -> int:
     ratio = {}
     for f in ("write", "read"):
         for name in ("ours", "fused", "dense"):
-            sp = speedup_ci(np.asarray(samples[(f, "torch")]), np.asarray(samples[(f, name)]), paired=False,
-                            n_resamples=2000, seed=0)
-            ratio[f"{name}/{f}"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+            ratio[f"{name}/{f}"] = speedup(np.asarray(samples[(f, "torch")]), np.asarray(samples[(f, name)]))
     corpus_bytes = c.numel() * c.element_size()
     payload = {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "corpus_bytes": corpus_bytes,
                "l2_flush_bytes": l2_flush_bytes(), "sm_mhz_after_warmup": clock, "rounds": ROUNDS,

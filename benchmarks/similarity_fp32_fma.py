@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, int_list, int_list_in, warm_up_gpu, write_result  # noqa: E402
+from _common import (corpus_reader, draw_search_inputs, int_list, int_list_in, speedup, warm_up_gpu,  # noqa: E402
+                     write_result)
 
 D, K = 768, 10
 
@@ -64,7 +65,6 @@ def main() -> int:
     from similarity_dense import Prepared, time_all, variant_rows
     from similarity_fp32_compute import check_l2_resident, l2_resident_rate
     from tunelab.ops import similarity as sim
-    from tunelab.stats import speedup_ci
     from tunelab.tuning.families.similarity import torch_topk
 
     clock = warm_up_gpu()
@@ -108,8 +108,7 @@ def main() -> int:
                 if name in agree:
                     v["reference_agreement"] = agree[name]
             if "fma-128" in preps:
-                sp = speedup_ci(times["fma"], times["fma-128"], paired=False, n_resamples=2000, seed=0)
-                row["variants"]["fma-128"]["speedup_vs_fma"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+                row["variants"]["fma-128"]["speedup_vs_fma"] = speedup(times["fma"], times["fma-128"])
             search_rows.append(row)
             vv = row["variants"]
             print(f"N={n:>8} nq={nq}: torch {vv['torch']['us']['median']:.1f}  3xTF32 "

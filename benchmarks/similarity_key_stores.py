@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (corpus_reader, draw_search_inputs, kernel_variant, summarize, warm_up_gpu,  # noqa: E402
+from _common import (corpus_reader, draw_search_inputs, kernel_variant, speedup, summarize, warm_up_gpu,  # noqa: E402
                      write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
@@ -40,7 +40,6 @@ def main() -> int:
 
     from tunelab.ops import similarity as sim
     from similarity_dense import Prepared, time_all
-    from tunelab.stats import speedup_ci
     from tunelab.tuning.families.similarity import torch_topk
     from tunelab.tuning.family import next_pow2
 
@@ -67,9 +66,7 @@ def main() -> int:
     speed = {}
     for name in preps:
         for part in ("search", "pair"):
-            sp = speedup_ci(samples[f"plain/{part}"], samples[f"{name}/{part}"], paired=False, n_resamples=2000,
-                            seed=0)
-            speed[f"{name}/{part}"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+            speed[f"{name}/{part}"] = speedup(samples[f"plain/{part}"], samples[f"{name}/{part}"])
     path = write_result(f"similarity_key_stores{('_' + args.tag) if args.tag else ''}",
                         {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "config": preps["plain"].config,
                          "splits": preps["plain"].plan["splits"], "sm_mhz_after_warmup": clock,

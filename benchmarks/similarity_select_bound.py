@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, kernel_variant, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (draw_search_inputs, headers_dir, kernel_variant, speedup, summarize, warm_up_gpu,  # noqa: E402
+                     write_result)
 
 D, K = 768, 10
 SHAPES = [(1, 50_000), (8, 50_000), (32, 50_000), (100, 50_000), (1, 100_000)]
@@ -32,19 +33,16 @@ SHAPES = [(1, 50_000), (8, 50_000), (32, 50_000), (100, 50_000), (1, 100_000)]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", type=Path, required=True, help="directory laid out as csrc/kernels with the before "
-                                                                 "similarity/select.cuh")
+    ap.add_argument("--before", type=headers_dir("similarity/select.cuh"), required=True,
+                    help="directory laid out as csrc/kernels with the before similarity/select.cuh")
     ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
     ap.add_argument("--budget-s", type=float, default=1.5, help="seconds of samples per shape (time_all)")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
-    if not (args.before / "similarity" / "select.cuh").is_file():
-        ap.error(f"--before {args.before}: no similarity/select.cuh there; make it with git show (see the docstring)")
     import torch
 
     from similarity_dense import Prepared, time_all
     from tunelab.ops import similarity as sim
-    from tunelab.stats import speedup_ci
 
     clock = warm_up_gpu()
     rows = []
@@ -67,9 +65,7 @@ def main() -> int:
         row = {"nq": nq, "n": n, "config": preps["after"].config, "splits": preps["after"].plan["splits"],
                "results_equal": equal, "us": {k: summarize(v) for k, v in samples.items()}}
         for part in ("pair", "select"):
-            sp = speedup_ci(samples[f"before/{part}"], samples[f"after/{part}"], paired=False, n_resamples=2000,
-                            seed=0)
-            row[f"{part}_speedup"] = {"estimate": sp.estimate, "ci95": [sp.low, sp.high]}
+            row[f"{part}_speedup"] = speedup(samples[f"before/{part}"], samples[f"after/{part}"])
         rows.append(row)
         print(f"nq={nq:>4} N={n:>7}: pair {row['us']['after/pair']['median']:6.1f} against "
               f"{row['us']['before/pair']['median']:6.1f} us ({row['pair_speedup']['estimate']:.3f}x), select "
