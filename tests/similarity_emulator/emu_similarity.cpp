@@ -263,17 +263,6 @@ int main(int argc, char** argv) {
       for (int q = 0; q < nq; ++q)
         for (int s = 0; s < splits; ++s) appended += mat_idx[static_cast<size_t>(q) * ld + splits * seg_rows + s];
       std::printf("filtered: %lld of %lld keys appended\n", appended, static_cast<long long>(nq) * n);
-      // the select queues the keys that reach a query's global bar, and finds its own bar where the search left
-      // none (0): every third query's word is cleared here, so that one launch takes both paths
-      int with_bar = 0;
-      for (int q = 0; q < nq; ++q) {
-        const size_t at = static_cast<size_t>(q) * ld + static_cast<size_t>(splits) * seg_rows;
-        unsigned word;
-        std::memcpy(&word, &mat[at], 4);
-        if (q % 3 == 1) word = 0u, std::memcpy(&mat[at], &word, 4);
-        with_bar += word != 0u;
-      }
-      std::printf("filtered: %d of %d queries with a global bar\n", with_bar, nq);
       mp = dense_merge_params(mat.data(), splits, seg_rows, 0, ld);
       mp.cand_idx = mat_idx.data();
       mp.implicit_index = 0;

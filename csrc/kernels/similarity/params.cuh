@@ -56,8 +56,7 @@ struct alignas(64) SearchParams {
 // distances ascending). Null pointers are skipped. The select kernel (kMergeSelect) reads one row per query:
 // with implicit_index the row of a MERGE=5 dense key matrix (list_len = N entries); without, the row of a MERGE=6
 // search's candidates: num_lists segments of list_len entries (one per split), segment l holding its count, read
-// from cand_idx at offset num_lists * list_len + l, of entries from its start, and cand_key holding at offset
-// num_lists * list_len the query's global bar (ordered_bits(), 0 for none: topk_filtered()).
+// from cand_idx at offset num_lists * list_len + l, of entries from its start (topk_filtered()).
 struct MergeParams {
   const float* cand_key;
   const int* cand_idx;
@@ -118,8 +117,7 @@ TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDens
 // global bar (a word of cand_key at the same offset splits * R, atomic max) to it; every tile filters by the largest
 // of its block's two groups' bounds and the global bar (TopkBlock::filter_bound_pass() says why the answer stays
 // exact, ties included). No state outlives the launch: every block resets its queries' global bars at its start,
-// and the select kernel reads the counts and the global bars the search wrote (a query's global bar at the end of
-// the search is one that k of its appended keys reach: the select queues the keys that reach it, select.cuh).
+// and the select kernel reads the counts the search wrote.
 constexpr int kMergeFiltered = 6;
 TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeFiltered; }
 // MERGE 5 and 6: no running top-k in the search (the select kernel after it takes the k best).

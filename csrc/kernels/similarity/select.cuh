@@ -30,13 +30,11 @@
 // entries (one per split of the search), segment l holding the count at cand_idx[num_lists * list_len + l] of
 // entries from its start, in no order, their indices in cand_idx at the same places (params.cuh topk_filtered()).
 // Step 1 then reads the counts into the window's place and walks the segments, T / segments threads to each (8
-// loads in flight per thread), and step 3 walks them again; the rest is the same. Where the search left a global bar
-// for the query (its word of cand_key at offset num_lists * list_len, TopkBlock::global_bar(): k appended keys are
-// at least as large, filter_bound_pass() says why), that bar is B, and steps 1 and 2 are not run: each thread loads
-// its segment's count together with its first entries and their indices (those past the count are read from the
-// segment but not used), and step 3 queues the ones that reach B from those registers. One round of L2 latency and
-// one barrier before the queue is complete, instead of a walk for the thread maxima, the bar's two barriers, a second
-// walk and the indices' loads (select_filtered_by_global_bar()).
+// loads in flight per thread), and step 3 walks them again; the rest is the same. Taking the search's global bar for
+// the query as B instead of steps 1 and 2 (one walk, 540a19b, reverted) measured 45.5 against 11.2 us for the select
+// alone at 50K / 100 on an H100 (benchmarks/similarity_filtered.py --before, results/similarity_filtered_h100_gselect
+// .json): that bar is about the top 3% of the row (TopkBlock::filter_bound_pass()), ~1,500 keys, past kSelectCap,
+// and the queue's raise rounds cost far more than the walk they save; the bar of step 2 is about the top k.
 //
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
@@ -80,57 +78,6 @@ __device__ __forceinline__ void select_each_candidate(const float* row, const in
   }
 }
 
-// After a filtered search with a global bar for the query: every candidate (key x, index xi) to f(x, xi), tps threads
-// of T to a segment. A thread's first G entries of its first segment are loaded with the segment's count, before
-// `before_use()` (which holds the block's one barrier, so every thread passes it once; those loads stay in flight
-// through it), and the count goes to seg_count (the raised-bar passes of step 3 walk the segments from there).
-template <int T, class Before, class F>
-__device__ __forceinline__ void select_filtered_by_global_bar(const float* row, const int* row_idx, int* seg_count,
-                                                              int segs, int seg_len, int tps, int tid,
-                                                              Before&& before_use, F&& f) {
-  constexpr int G = 4;
-  const int* counts = row_idx + static_cast<long long>(segs) * seg_len;
-  const int o0 = tid % tps;
-  int s = tid / tps;
-  float v[G];
-  int ix[G];
-  int c = 0;
-  if (s < segs) {  // the count and the first entries at once (the segment holds seg_len entries)
-    c = counts[s];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int o = o0 + g * tps;
-      v[g] = o < seg_len ? row[s * seg_len + o] : 0.f;
-      ix[g] = o < seg_len ? row_idx[s * seg_len + o] : 0;
-    }
-  }
-  before_use();
-  for (bool first = true; s < segs; s += T / tps, first = false) {
-    const int e0 = s * seg_len;
-    if (!first) c = counts[s];
-    c = c < 0 ? 0 : c < seg_len ? c : seg_len;
-    if (o0 == 0) sts(seg_count + s, c);
-    int o = o0;
-    if (first) {
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (o0 + g * tps < c) f(v[g], ix[g]);
-      o += G * tps;
-    }
-    for (; o < c; o += G * tps) {
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const bool in = o + g * tps < c;
-        v[g] = in ? row[e0 + o + g * tps] : 0.f;
-        ix[g] = in ? row_idx[e0 + o + g * tps] : 0;
-      }
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (o + g * tps < c) f(v[g], ix[g]);
-    }
-  }
-}
-
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid_constant__ MergeParams p) {
   constexpr int T = kSelectThreads, WARPS = T / 32, CAP = kSelectCap;
@@ -158,12 +105,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   auto index_of = [&](int e) { return filtered ? row_idx[e] : e; };
   int* seg_count = reinterpret_cast<int*>(win);  // filtered: the segments' counts (the window is not used)
   const int tps = segs >= T || segs == 0 ? 1 : T / segs;
-  // filtered: the search's global bar for the query (ordered_bits(); 0 when it set none), the same word for every
-  // thread of the block: with one, steps 1 and 2 are not run (select_filtered_by_global_bar())
-  const unsigned global_bar =
-      filtered ? reinterpret_cast<const unsigned*>(row)[static_cast<long long>(segs) * seg_len] : 0u;
-  const bool by_global_bar = global_bar != 0u;
-  if (filtered && !by_global_bar) {
+  if (filtered) {
     for (int s = tid; s < segs; s += T) {
       const int c = row_idx[segs * seg_len + s];
       sts(seg_count + s, c < 0 ? 0 : c < seg_len ? c : seg_len);
@@ -177,67 +119,46 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   const float4* row4 = reinterpret_cast<const float4*>(row);
   constexpr int G = 4;  // chunks past the window: loads in flight per thread
 
+  // 1. copy the window, and each thread's maximum (fmaxf drops NaN)
+  if (tid == 0) sts(count, 0);
+  for (int c = tid; c < chunks; c += T) cp_async<16>(smem_u32(win + 4 * c), row + 4 * c, true);
+  cp_async_commit();
   float m = -f32_inf();
-  if (!by_global_bar) {
-    // 1. copy the window, and each thread's maximum (fmaxf drops NaN)
-    if (tid == 0) sts(count, 0);
-    for (int c = tid; c < chunks; c += T) cp_async<16>(smem_u32(win + 4 * c), row + 4 * c, true);
-    cp_async_commit();
-    for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
-      float4 v[G];
+  for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
+    float4 v[G];
 #pragma unroll
-      for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{m, m, m, m};
+    for (int g = 0; g < G; ++g) v[g] = c0 + g * T < all_chunks ? row4[c0 + g * T] : float4{m, m, m, m};
 #pragma unroll
-      for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
-    }
-    for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
-    select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, [&](float x, int) { m = fmaxf(m, x); });
-    cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
-    for (int c = tid; c < chunks; c += T) {
-      const float4 v = lds4(win + 4 * c);
-      m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-    }
+    for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
+  }
+  for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
+  select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, [&](float x, int) { m = fmaxf(m, x); });
+  cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
+  for (int c = tid; c < chunks; c += T) {
+    const float4 v = lds4(win + 4 * c);
+    m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+  }
 
-    // 2. the bound: the larger of the k-th largest of the warps' maxima and the largest of the warps' k-th largest
-    // thread maxima (m stays this thread's own maximum: step 3 reads it)
-    const float sorted = warp_sort_desc(m, lane);  // lane 0 the warp's largest maximum, lane k - 1 its k-th
-    if (lane == 0) sts(wmax + warp, sorted);
-    if (lane == k - 1) sts(wmax + 32 + warp, sorted);
-    __syncthreads();
-    if (warp == 0) {
-      const float head = lane < WARPS ? lds(wmax + lane) : -f32_inf();
-      float b = lane < WARPS && k <= 32 ? lds(wmax + 32 + lane) : -f32_inf();
+  // 2. the bound: the larger of the k-th largest of the warps' maxima and the largest of the warps' k-th largest
+  // thread maxima (m stays this thread's own maximum: step 3 reads it)
+  const float sorted = warp_sort_desc(m, lane);  // lane 0 the warp's largest maximum, lane k - 1 its k-th
+  if (lane == 0) sts(wmax + warp, sorted);
+  if (lane == k - 1) sts(wmax + 32 + warp, sorted);
+  __syncthreads();
+  if (warp == 0) {
+    const float head = lane < WARPS ? lds(wmax + lane) : -f32_inf();
+    float b = lane < WARPS && k <= 32 ? lds(wmax + 32 + lane) : -f32_inf();
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, shfl_xor_f(b, o));
-      const float kth_head = k <= 32 ? shfl_f(warp_sort_desc(head, lane), k - 1) : -f32_inf();
-      if (lane == 0) {
-        sts(bar_key, fmaxf(b, kth_head));
-        sts(bar_idx, 0x7fffffff);  // (bar, INT_MAX): every entry whose key is >= bar is at least as good
-      }
+    for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, shfl_xor_f(b, o));
+    const float kth_head = k <= 32 ? shfl_f(warp_sort_desc(head, lane), k - 1) : -f32_inf();
+    if (lane == 0) {
+      sts(bar_key, fmaxf(b, kth_head));
+      sts(bar_idx, 0x7fffffff);  // (bar, INT_MAX): every entry whose key is >= bar is at least as good
     }
-    stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
-    __syncthreads();
   }
+  stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
+  __syncthreads();
   // 3. queue every entry at least as good as the bar; if too many did, raise the bar and queue again
-  bool queued = false;  // the first pass is done (by the global bar)
-  if (by_global_bar) {
-    const float bk = ordered_float(global_bar);  // (bar, INT_MAX): an entry whose key is >= bar passes
-    select_filtered_by_global_bar<T>(
-        row, row_idx, seg_count, segs, seg_len, tps, tid,
-        [&] {
-          if (tid == 0) sts(count, 0), sts(bar_key, bk), sts(bar_idx, 0x7fffffff);
-          stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
-          __syncthreads();
-        },
-        [&](float x, int xi) {
-          if (x == x && !(bk > x)) {
-            const int slot = atomic_add_shared(count, 1);
-            if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, xi);
-          }
-        });
-    m = f32_inf();  // a raised bar's pass walks every thread's candidates again
-    queued = true;
-  }
   int m_count;
   for (;;) {
     const float bk = lds(bar_key);
@@ -269,7 +190,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     // each such thread's by its whole warp (lane j takes its j-th, j + 32-th, ... chunk: one thread alone walked
     // its 12 chunks at 50K in a dependent chain that kept the block's other warps waiting for 19% of ncu's warp
     // samples, results/ncu_similarity_select_pass_h100.txt)
-    const bool mine = !queued && m >= bk;
+    const bool mine = m >= bk;
     for (unsigned owners = ballot(mine); owners != 0u; owners &= owners - 1u) {
       const int owner = warp * 32 + lowest_set_bit(owners);
       // the owner's chunks: in the window owner + j * T (j < in_win), past it chunks + owner + (j - in_win) * T
@@ -282,7 +203,6 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       for (int e = rest + owner + lane * T; e < n; e += 32 * T) offer(row[e], e);
     }
     if (mine) select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, offer);
-    queued = false;
     __syncthreads();
     m_count = lds(count);
     if (m_count <= CAP) break;

@@ -1227,9 +1227,11 @@ struct TopkBlock {
   // a key equal to the bar passes): no key of the answer is dropped. Fewer than k holders with a real key leave
   // -inf (no bound); the launcher takes k <= 32 with MERGE=6.
   //
-  // The global bar is what makes the filter tight at small N: a block's own first tile of 128 rows bounds a query by
-  // about its top 8% (~3,900 of 50K keys appended per query at 50K / 100), the largest bound over all blocks by
-  // about its top 0.06%. Every block resets its queries' words at its start (filter_reset_global_bars()), before
+  // The global bar is what makes the filter tighter at small N: a block's own first tile of 128 rows bounds a query
+  // by about its top 9% (the k-th largest of 32 holders' maxima of 4 keys; ~3,900 of 50K keys appended per query at
+  // 50K / 100), the largest of the 262 groups' bounds by about its top 3% (~1,670 appended, most of them by the
+  // first tiles, which run before any bar is raised; too many for the select to take that bar as its own:
+  // select.cuh). Every block resets its queries' words at its start (filter_reset_global_bars()), before
   // it reads them, so a word never holds another launch's bar; a block that starts after another raised a word
   // only lowers it to no bar, which the argument above allows.
   __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
