@@ -483,14 +483,10 @@ def test_merge_kind_rule():
     assert cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000))[4] == 2
     with pytest.raises(ConfigError, match="needs sorted lists"):
         cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=4)
-    # the select kernel reads one dense row per query, and only that: its keys, then their 16-key blocks' maxima
-    ld = sim.dense_ld(8000)
-    assert ld == 8000 + 500
-    assert cs.merge_args(_T(100, ld), None, q, 10, 1, dense=(8000, 0, ld), kind=5)[4] == 5
-    with pytest.raises(ConfigError, match=r"at least dense_ld\(N\)=8500 floats; got 8000"):  # no maxima
-        cs.merge_args(_T(100, 8000), None, q, 10, 1, dense=(8000, 0, 8000), kind=5)
+    # the select kernel reads one dense row per query, and only that
+    assert cs.merge_args(_T(100, 8000), None, q, 10, 1, dense=(8000, 0, 8000), kind=5)[4] == 5
     with pytest.raises(InputError, match="query_stride=7996 is shorter than list_len=8000"):  # rows would overlap
-        cs.merge_args(_T(100, 8000), None, q, 10, 1, dense=(8000, 0, 7996), kind=2)
+        cs.merge_args(_T(100, 8000), None, q, 10, 1, dense=(8000, 0, 7996), kind=5)
     with pytest.raises(ConfigError, match="one dense row per query"):
         cs.merge_args(_T(100, 8000), None, q, 10, 8, dense=(1000, 1000, 8000), kind=5)
     with pytest.raises(ConfigError, match="one dense row per query"):
@@ -513,8 +509,7 @@ def test_dense_search_rule_space_and_limits():
     assert not dense(100, 65536, dt="float32", arch="sm_80") and not dense(100, 65536, arch="sm_80")
     assert not dense(100, 131072, dt="float32") and not dense(100, 65536, k=33, dt="float32")
     assert sim.default_config(100, 10, "float16", 768, arch="sm_90")["MERGE"] == 3  # no n (streamed): fused
-    # a row's keys (50001 rounded up to 4), then the maxima of its 3126 blocks of 16 keys (rounded up to 4)
-    assert sim.dense_ld(50001) == 50004 + 3128 and sim.dense_bytes(100, 50001) == 100 * (50004 + 3128) * 4
+    assert sim.dense_ld(50001) == 50004 and sim.dense_bytes(100, 50001) == 100 * 50004 * 4
     merges = lambda nq, n, k=10: build_space(dict(nq=nq, n=n, d=768, k=k, dtype="fp16")).param("MERGE").choices  # noqa
     assert {5, 6} <= set(merges(100, 50000)) and {5, 6} <= set(merges(100, 500_000))
     assert not {5, 6} & set(merges(100, 1_000_000)) and not {5, 6} & set(merges(100, 50000, k=33))
@@ -612,13 +607,10 @@ def test_pack_layout_roundtrip():
     assert f[7:15] == (100, 5000, 768, 10, 40, 3, 1, 0)  # dense_ld 0: not MERGE=5, 6
     # MERGE=5: cand_key is the [nq][dense_ld] key matrix, cand_idx may be null
     dcfg = _cfg(BLOCK_Q=32, MERGE=5)
-    dld = S.dense_ld(5000)  # the 5000 keys, then the 313 blocks' maxima (rounded up to 316)
-    assert dld == 5316
-    db = S.topk_pack(dcfg, 0, 0x1000, 0x2000, 0x3000, 0, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, dld)
-    assert struct.unpack(layout, db[256:344])[7:15] == (100, 5000, 768, 10, 40, 3, 0, dld)
-    for bad_ld, bad_key, base, match in ((5318, 0x3000, 0, "multiple of 4"),
-                                         (5004, 0x3000, 0, "at least 5316 .*5000 keys and their blocks' maxima"),
-                                         (dld, 0x3008, 0, "16-byte aligned"), (dld, 0x3000, 7, "index_base=7")):
+    db = S.topk_pack(dcfg, 0, 0x1000, 0x2000, 0x3000, 0, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, 5004)
+    assert struct.unpack(layout, db[256:344])[7:15] == (100, 5000, 768, 10, 40, 3, 0, 5004)
+    for bad_ld, bad_key, base, match in ((5002, 0x3000, 0, "multiple of 4"), (4996, 0x3000, 0, "at least 5000"),
+                                         (5004, 0x3008, 0, "16-byte aligned"), (5004, 0x3000, 7, "index_base=7")):
         with pytest.raises(InputError, match=match):
             S.topk_pack(dcfg, 0, 0x1000, 0x2000, bad_key, 0, 776, 768, base, 100, 5000, 768, 10, 40, 3, 0, bad_ld)
     # MERGE=6: the candidate rows (keys and indices): 14 splits of 3 tiles, a segment of 3 x BLOCK_N entries each,

@@ -307,15 +307,14 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
         // MERGE=6: the launch's splits, as topk_plan() makes them (the grid's y)
         const long long tps = std::max(1, tiles_per_split);
         const long long splits = tunelab::sim::topk_splits(num_tiles, tps, c.cluster);
-        const long long need =
-            filtered ? tunelab::sim::topk_filter_ld(splits, tps * c.block_n) : tunelab::sim::topk_dense_ld(n);
+        const long long need = filtered ? tunelab::sim::topk_filter_ld(splits, tps * c.block_n) : n;
         if (dense_ld < need || dense_ld % align != 0 || dense_ld > INT_MAX)
             throw InputError(m + ": the " + (filtered ? "candidate rows'" : "key matrix's") + " row stride dense_ld=" +
                              std::to_string(dense_ld) + " must be a multiple of " + std::to_string(align) +
                              " floats, at least " + std::to_string(need) + " (16-byte rows for the select kernel's "
                              "copies" + (filtered ? "; " + std::to_string(splits) + " segments of " +
                                                          std::to_string(tps * c.block_n) + " rows and their counts"
-                                                   : "; " + std::to_string(n) + " keys and their blocks' maxima") +
+                                                   : std::string()) +
                              ") and at most 2^31-1: allocate the rows with CompiledSearch.candidate_buffers()");
         if (cand_key % 16)
             throw InputError(m + ": the key matrix must be 16-byte aligned (it is at byte " +

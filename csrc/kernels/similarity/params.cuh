@@ -22,8 +22,7 @@ enum : int { kIP = 0, kCosine = 1, kL2 = 2 };
 // (k entries, best first; missing entries key = -inf, idx = -1) to list (list_offset + s) of cand_key/cand_idx,
 // laid out [list][nq][k]. MERGE=5 (dense) keeps no top-k: it writes every key of the split's tiles to the dense
 // key matrix cand_key, [nq][dense_ld] (the key of query q and corpus row r at q * dense_ld + r; entries past n are
-// not written), and after a row's keys the maxima of its blocks of kDenseMaxRows rows (topk_dense_ld()); the select
-// kernel (merge kind kMergeSelect) picks each row's k best.
+// not written), and the select kernel (merge kind kMergeSelect) picks each row's k best.
 // MMA 2 and 3 (TMA producer) read the queries and the corpus through tensor maps the launcher encodes (zeros
 // elsewhere): 2-D, 16-bit elements, boxes of 64 columns x BLOCK_N corpus rows / topk_query_rows() / CLUSTER query
 // rows, 128-byte swizzle (CUtensorMap's bytes).
@@ -131,29 +130,17 @@ TUNELAB_SIM_HD constexpr int topk_column_holders(int group_warps, int warps_q) {
 TUNELAB_SIM_HD constexpr int topk_filter_pitch(int group_warps, int warps_q) {
   return topk_column_holders(group_warps, warps_q) + 4;
 }
-// MERGE=5's dense key matrix over n rows: a row per query holds the n keys, then from topk_dense_maxima_at(n) the
-// largest key of each block of kDenseMaxRows corpus rows (block b: rows b * kDenseMaxRows .. + kDenseMaxRows - 1 that
-// are below n; NaN keys drop out, a block of NaN keys has -inf). The select kernel bounds a row by its maxima and reads
-// only the keys of the blocks that reach the bound (select.cuh): at 50K rows 3,125 maxima instead of 50K keys. A
-// block is 16 rows of one warp's accumulators in every main loop (row_of(): row_base and kMtStride are multiples of 16):
-// 8 lanes x 2 rows, one column each, so its maximum takes 3 shuffles (TopkBlock::dense_epilogue()).
-// Row stride (floats): both parts rounded up to a multiple of kDenseLdAlign, so that every row and its maxima are
-// 16-byte aligned for the select kernel's copies. The launcher's check, the op's allocation (ops.similarity.dense_ld,
-// through the binding) and the emulator take it from here.
+// Row stride (floats) of MERGE=5's dense key matrix over n rows: n rounded up to a multiple of kDenseLdAlign, so that
+// every row is 16-byte aligned for the select kernel's copies. The launcher's check, the op's allocation
+// (ops.similarity.dense_ld, through the binding) and the emulator take it from here.
 constexpr int kDenseLdAlign = 4;
-constexpr int kDenseMaxRows = 16;
-TUNELAB_SIM_HD constexpr long long topk_dense_align(long long n) {
+TUNELAB_SIM_HD constexpr long long topk_dense_ld(long long n) {
   return (n + kDenseLdAlign - 1) / kDenseLdAlign * kDenseLdAlign;
 }
-TUNELAB_SIM_HD constexpr long long topk_dense_blocks(long long n) { return (n + kDenseMaxRows - 1) / kDenseMaxRows; }
-TUNELAB_SIM_HD constexpr long long topk_dense_maxima_at(long long n) { return topk_dense_align(n); }
-TUNELAB_SIM_HD constexpr long long topk_dense_ld(long long n) {
-  return topk_dense_maxima_at(n) + topk_dense_align(topk_dense_blocks(n));
-}
 // Row stride of MERGE=6's candidate rows (cand_key and cand_idx) for `splits` segments of `seg_rows` entries:
-// the segments, then (in cand_idx) their counts, rounded up to a multiple of kDenseLdAlign.
+// the segments, then (in cand_idx) their counts, rounded up like topk_dense_ld().
 TUNELAB_SIM_HD constexpr long long topk_filter_ld(long long splits, long long seg_rows) {
-  return topk_dense_align(splits * seg_rows + splits);
+  return topk_dense_ld(splits * seg_rows + splits);
 }
 // Splits of a search over `tiles` corpus tiles, `per` a split, with clusters of `cluster` blocks along the splits:
 // no empty split but the last cluster's (the launcher's topk_plan(), and its MERGE=6 check of the rows).

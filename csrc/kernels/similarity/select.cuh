@@ -1,12 +1,17 @@
 // The top-k of each row of a dense key matrix (merge kind kMergeSelect): one block of kSelectThreads threads per
 // query. The search with MERGE=5 writes every key of the nq x N matrix (no running top-k); where that matrix is
 // small next to L2 (at N = 50K, nq = 100: 20 MB of a 60 MB L2) this pair beats the fused search, whose few tiles per
-// split leave its top-k epilogue on the critical path. Key `rank` of row q is at q * query_stride + rank, its
-// index is rank (MergeParams: one list of list_len = N entries, implicit indices), and the maxima of the row's blocks
-// of kDenseMaxRows keys follow the keys (params.cuh topk_dense_ld()). Steps 1 and 2 take those maxima as the row's
-// entries (a thread's largest maximum is one of its blocks' keys, so the bar's argument holds), and step 3 reads the
-// keys of the blocks whose maximum reaches the bar: at 50K / 100, 12.5 KB a query instead of 200 KB.
+// split leave its top-k epilogue on the critical path. Entry `rank` of row q is at q * query_stride + rank, its
+// index is rank (MergeParams: one list of list_len = N entries, implicit indices).
 //
+// Measured and reverted (ac549d2): the search also writing the maximum of every 16-key block after a row's keys, and
+// steps 1 and 2 taking those maxima as the row's entries, step 3 reading only the keys of the blocks that reach the
+// bar (12.5 KB a query at 50K instead of 200 KB). On an H100 at 50K / 100 the pair took 63.3 against 53.6 us and the
+// select alone 15.8 against 10.8 (8 and 32 queries 8% slower, one query equal; results/similarity_select_bound_h100_
+// block_maxima.json); the search alone took 49.5 against the filtered search's 46.6 in that run (its usual 45.2:
+// similarity_filtered_h100_block_maxima.json), the maxima's shuffles and stores in every tile's epilogue. Why the
+// select got slower with less to read was not found (no ncu run): the owners' block reads are global loads, one warp
+// lane each, where the window's were shared-memory ones.
 //   1. The row's first kSelectWindow entries are copied to shared memory (16-byte cp.async, where the row is
 //      16-byte aligned), each thread owning the 4-entry chunks c = tid, tid + threads, ...; chunks past them are
 //      read from global memory in both passes (16-byte loads; four in flight per thread in the first), and so are
@@ -21,8 +26,7 @@
 //      k entries that are not NaN: B = -inf.
 //   3. Every entry >= B joins a queue in shared memory (about k of them for real data); its rank among the queue
 //      (the family's order: larger key, or equal with a smaller index) is its place in the answer. Only the
-//      entries of the threads whose maximum reaches B are looked at again, each such thread's by its whole warp
-//      (dense: the keys of each such entry, a block maximum, that reaches B).
+//      entries of the threads whose maximum reaches B are looked at again, each such thread's by its whole warp.
 //      (At 50K/100 on the H200 every thread's second pass took 28% of ncu's warp samples,
 //      results/ncu_similarity_select_full_h200.txt, with 14% more for the other warps waiting for warp 0's k
 //      rounds of step 2 and 11% for the window's copy; after that the owners alone walking their entries kept
@@ -101,15 +105,11 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   const int q = static_cast<int>(blockIdx.x);
   const bool filtered = !p.implicit_index;
   const int segs = filtered ? p.num_lists : 0, seg_len = p.list_len;  // (filtered)
-  // dense: the row's keys, and its block maxima, which are the entries of steps 1 and 2 (the loops over them do
-  // nothing when filtered)
-  const int nkeys = filtered ? 0 : p.list_len;
-  const int n = static_cast<int>(topk_dense_blocks(nkeys));
+  const int n = filtered ? 0 : p.list_len;  // the dense row's entries (the loops over it do nothing when filtered)
   const int k = p.k;
-  const float* keys = p.cand_key + static_cast<long long>(q) * p.query_stride;
-  const float* row = keys + (filtered ? 0 : topk_dense_maxima_at(nkeys));  // filtered: the candidates
+  const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
   const int* row_idx = p.cand_idx + static_cast<long long>(q) * p.query_stride;  // (filtered only)
-  // the index of key e: its place, or after a filtered search the row it was appended from
+  // the index of row entry e: its place, or after a filtered search the row it was appended from
   auto index_of = [&](int e) { return filtered ? row_idx[e] : e; };
   int* seg_count = reinterpret_cast<int*>(win);  // filtered: the segments' counts (the window is not used)
   const int tps = segs >= T || segs == 0 ? 1 : T / segs;
@@ -174,22 +174,24 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     // x (entry e) at least as good as (bk, bi): not worse, and not NaN (better() is false for every NaN
     // comparison); the index is read only for a key equal to the bar
     auto passes = [&](float x, int e) { return x == x && !(bk > x || (bk == x && bi < index_of(e))); };
+    auto offer4 = [&](const float4& v, int e) {  // chunk e / 4: one atomic for its passing entries
+      const bool p0 = passes(v.x, e), p1 = passes(v.y, e + 1), p2 = passes(v.z, e + 2), p3 = passes(v.w, e + 3);
+      const int cnt = static_cast<int>(p0) + p1 + p2 + p3;
+      if (cnt == 0) return;
+      int slot = atomic_add_shared(count, cnt);
+      if (p0 && slot < CAP) sts(qkey + slot, v.x), sts(qidx + slot, index_of(e));
+      slot += p0;
+      if (p1 && slot < CAP) sts(qkey + slot, v.y), sts(qidx + slot, index_of(e + 1));
+      slot += p1;
+      if (p2 && slot < CAP) sts(qkey + slot, v.z), sts(qidx + slot, index_of(e + 2));
+      slot += p2;
+      if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, index_of(e + 3));
+    };
     auto offer = [&](float x, int e) {
       if (passes(x, e)) {
         const int slot = atomic_add_shared(count, 1);
         if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, index_of(e));
       }
-    };
-    // dense: block b's keys, when its maximum mx reaches the bar (a key that passes is >= bk; NaN mx: none)
-    auto offer_block = [&](float mx, int b) {
-      if (!(mx >= bk)) return;
-      const int e0 = b * kDenseMaxRows;
-      float v[kDenseMaxRows];
-#pragma unroll
-      for (int j = 0; j < kDenseMaxRows; ++j) v[j] = e0 + j < nkeys ? keys[e0 + j] : 0.f;
-#pragma unroll
-      for (int j = 0; j < kDenseMaxRows; ++j)
-        if (e0 + j < nkeys) offer(v[j], e0 + j);
     };
     // a thread whose largest entry is below the bar has none that reaches it: only the entries of the threads whose
     // maximum does (k of them for real data; a thread with only NaN entries has maximum -inf) are looked at again,
@@ -204,10 +206,9 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       const int past = all_chunks > chunks + owner ? (all_chunks - chunks - owner + T - 1) / T : 0;
       for (int j = lane; j < in_win + past; j += 32) {
         const int c = j < in_win ? owner + j * T : chunks + owner + (j - in_win) * T;
-        const float4 v = j < in_win ? lds4(win + 4 * c) : row4[c];
-        offer_block(v.x, 4 * c), offer_block(v.y, 4 * c + 1), offer_block(v.z, 4 * c + 2), offer_block(v.w, 4 * c + 3);
+        offer4(j < in_win ? lds4(win + 4 * c) : row4[c], 4 * c);
       }
-      for (int e = rest + owner + lane * T; e < n; e += 32 * T) offer_block(row[e], e);
+      for (int e = rest + owner + lane * T; e < n; e += 32 * T) offer(row[e], e);
     }
     if (mine) select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, offer);
     __syncthreads();

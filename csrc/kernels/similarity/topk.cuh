@@ -1156,12 +1156,8 @@ struct TopkBlock {
   }
 
   // MERGE=5: every key of the tile (metric applied) to the dense key matrix, [nq][dense_ld], at column tile row
-  // (chunk-local: the launcher takes no index_base with it), and the maximum of each block of kDenseMaxRows rows to
-  // the row's maxima (params.cuh topk_dense_ld()): a block is the 8 lanes of one t and their 2 rows (h) of one mt, so
-  // each thread takes the larger of its 2 keys and 3 shuffles the block's. Rows past n and padding query columns are
-  // not written; a row past n offers -inf. A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte
-  // sectors; one lane of each block's 8 stores its maximum. The maxima are a second pass over the accumulators
-  // (key_raw() again): in the stores' loop they made the ping-pong default at 100 x 50K spill 60 bytes.
+  // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
+  // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
   __device__ __forceinline__ void dense_epilogue(const Mma& mma, int tile) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
@@ -1179,26 +1175,6 @@ struct TopkBlock {
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             if (!kTrace && rt.valid[mt][h]) store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
-      }
-    }
-    // the blocks' maxima (every lane takes part in the shuffles: no column is skipped before them)
-    float* maxima = p.cand_key + topk_dense_maxima_at(p.n) + (tile * BN) / kDenseMaxRows;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          float mx = rt.valid[mt][0] ? key_raw(mma, rt, mt, nt, 0, e) : -f32_inf();
-          if (rt.valid[mt][1]) mx = fmaxf(mx, key_raw(mma, rt, mt, nt, 1, e));
-          mx = fmaxf(mx, shfl_xor_f(mx, 4));
-          mx = fmaxf(mx, shfl_xor_f(mx, 8));
-          mx = fmaxf(mx, shfl_xor_f(mx, 16));
-          const int row0 = row_of(mt, 0, 0);  // the block's first row in the tile (a multiple of kDenseMaxRows)
-          if (!kTrace && q0 + col < p.nq && g == ((nt * 2 + e) * MT + mt) % 8 && tile * BN + row0 < p.n)
-            store_key(maxima + static_cast<long long>(q0 + col) * p.dense_ld + row0 / kDenseMaxRows, mx, pol);
-        }
       }
     }
   }

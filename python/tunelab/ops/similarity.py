@@ -165,10 +165,9 @@ def compile_arch(config: Mapping[str, Any], arch: str) -> str:
 
 
 def dense_ld(n: int) -> int:
-    """Row stride (floats) of the dense key matrix of a ``MERGE=5`` search over ``n`` rows: the n keys, then the
-    largest key of each block of 16 rows, which the select kernel bounds the row by before it reads the keys of the
-    blocks that reach the bound; both parts rounded up to 4 floats, so that they are 16-byte aligned for the select
-    kernel's copies (the launcher's rule, ``topk_dense_ld`` in ``params.cuh``)."""
+    """Row stride (floats) of the dense key matrix of a ``MERGE=5`` search over ``n`` rows: n rounded up to 4, so
+    that every row is 16-byte aligned for the select kernel's copies (the launcher's rule, ``topk_dense_ld`` in
+    ``params.cuh``)."""
     return int(_S.dense_ld(int(n)))
 
 
@@ -207,8 +206,7 @@ def _round16(n: int) -> int:
 
 
 #: The largest corpus (the store bucket's N: the next power of two) for which the default config is MERGE=5 (see
-#: :func:`default_config`). Chosen when the select kernel held rows of up to 51 Ki keys in shared memory; it now
-#: reads a row's maxima of 16-key blocks and only the blocks that reach its bound.
+#: :func:`default_config`): the select kernel holds rows of up to 51 Ki keys in shared memory.
 DENSE_MAX_N = 65536
 
 
@@ -709,11 +707,6 @@ class CompiledSearch:
             raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads one dense row per query (dense=(N, 0, "
                               f"row stride), num_lists=1) or a filtered search's rows (filtered_rows=True); got "
                               f"num_lists={num_lists}, dense={dense}: pass kind=None")
-        if kind == MERGE_SELECT and not filtered_rows and int(dense[2]) < dense_ld(dense[0]):
-            raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads a MERGE=5 key matrix: its rows hold N="
-                              f"{dense[0]} keys and their blocks' maxima, a row stride of at least dense_ld(N)="
-                              f"{dense_ld(dense[0])} floats; got {dense[2]}: allocate it with "
-                              f"CompiledSearch.candidate_buffers()")
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
         list_len, list_stride, query_stride = dense or (0, 0, 0)
