@@ -4,14 +4,6 @@
 // split leave its top-k epilogue on the critical path. Entry `rank` of row q is at q * query_stride + rank, its
 // index is rank (MergeParams: one list of list_len = N entries, implicit indices).
 //
-// Measured and reverted (ac549d2): the search also writing the maximum of every 16-key block after a row's keys, and
-// steps 1 and 2 taking those maxima as the row's entries, step 3 reading only the keys of the blocks that reach the
-// bar (12.5 KB a query at 50K instead of 200 KB). On an H100 at 50K / 100 the pair took 63.3 against 53.6 us and the
-// select alone 15.8 against 10.8 (8 and 32 queries 8% slower, one query equal; results/similarity_select_bound_h100_
-// block_maxima.json); the search alone took 49.5 against the filtered search's 46.6 in that run (its usual 45.2:
-// similarity_filtered_h100_block_maxima.json), the maxima's shuffles and stores in every tile's epilogue. Why the
-// select got slower with less to read was not found (no ncu run): the owners' block reads are global loads, one warp
-// lane each, where the window's were shared-memory ones.
 //   1. The row's first kSelectWindow entries are copied to shared memory (16-byte cp.async, where the row is
 //      16-byte aligned), each thread owning the 4-entry chunks c = tid, tid + threads, ...; chunks past them are
 //      read from global memory in both passes (16-byte loads; four in flight per thread in the first), and so are
@@ -34,6 +26,15 @@
 //      kSelectCap entries reach B (ties at the bound, e.g. duplicate corpus rows), the k-th best of the queued
 //      ones is a higher bar (k queued entries are at least as good), and the pass runs again with it.
 //
+// Measured and reverted (ac549d2): the search also writing the maximum of every 16-key block after a row's keys, and
+// steps 1 and 2 taking those maxima as the row's entries, step 3 reading only the keys of the blocks that reach the
+// bar (12.5 KB a query at 50K instead of 200 KB). On an H100 at 50K / 100 the pair took 63.3 against 53.6 us and the
+// select alone 15.8 against 10.8 (8 and 32 queries 8% slower, one query equal; results/similarity_select_bound_h100_
+// block_maxima.json); the search alone took 49.5 against the filtered search's 46.6 in that run (its usual 45.2:
+// similarity_filtered_h100_block_maxima.json), with the maxima's shuffles and stores in every tile's epilogue. Why the
+// select got slower with less to read was not found (no ncu run): the owners' block reads are global loads, one warp
+// lane each, where the window's were shared-memory ones.
+//
 // After a MERGE=6 search (implicit_index 0) a row is the query's appended candidates: num_lists segments of list_len
 // entries (one per split of the search), segment l holding the count at cand_idx[num_lists * list_len + l] of
 // entries from its start, in no order, their indices in cand_idx at the same places (params.cuh topk_filtered()).
@@ -41,8 +42,9 @@
 // loads in flight per thread), and step 3 walks them again; the rest is the same. Taking the search's global bar for
 // the query as B instead of steps 1 and 2 (one walk, 540a19b, reverted) measured 45.5 against 11.2 us for the select
 // alone at 50K / 100 on an H100 (benchmarks/similarity_filtered.py --before, results/similarity_filtered_h100_gselect
-// .json): that bar is about the top 3% of the row (TopkBlock::filter_bound_pass()), ~1,500 keys, past kSelectCap,
-// and the queue's raise rounds cost far more than the walk they save; the bar of step 2 is about the top k.
+// .json). By the estimate in TopkBlock::filter_bound_pass() that bar is about the top 3% of the row, ~1,500 keys,
+// past kSelectCap, so the queue's raise rounds (each thread ranking an entry among CAP) would run; the queue's
+// length was not counted on the GPU. The bar of step 2 is about the top k.
 //
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.

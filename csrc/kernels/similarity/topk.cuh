@@ -1229,11 +1229,11 @@ struct TopkBlock {
   //
   // The global bar is what makes the filter tighter at small N: a block's own first tile of 128 rows bounds a query
   // by about its top 9% (the k-th largest of 32 holders' maxima of 4 keys; ~3,900 of 50K keys appended per query at
-  // 50K / 100), the largest of the 262 groups' bounds by about its top 3% (~1,670 appended, most of them by the
-  // first tiles, which run before any bar is raised; too many for the select to take that bar as its own:
-  // select.cuh). Every block resets its queries' words at its start (filter_reset_global_bars()), before
-  // it reads them, so a word never holds another launch's bar; a block that starts after another raised a word
-  // only lowers it to no bar, which the argument above allows.
+  // 50K / 100), the largest of the 262 groups' bounds by about its top 3% (an estimate: 262 draws of that bound;
+  // ~1,670 keys appended, most of them by the first tiles, which run before any bar is raised). Too loose for the
+  // select to take as its own bar (select.cuh). Every block resets its queries' words at its start
+  // (filter_reset_global_bars()), before it reads them, so a word never holds another launch's bar; a block that
+  // starts after another raised a word only lowers it to no bar, which the argument above allows.
   __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
