@@ -170,11 +170,16 @@ def draw_search_inputs(nq: int, n: int, d: int, dtype, order: str = "corpus-firs
     return queries, corpus
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` plus the environment fingerprint to ``benchmarks/results/<name>.json`` (or $OUT too)."""
+def write_result(name: str, payload: dict[str, Any], tag: str | None = None) -> Path:
+    """Write ``payload`` plus the environment fingerprint to ``benchmarks/results/<name>[_<tag>].json`` (or $OUT
+    too). ``tag`` (a script's ``--tag``) is joined to the name by one underscore, whether or not it starts with
+    one: ``--tag h100`` and ``--tag _h100`` name the same file."""
     from tunelab.env import fingerprint
     from tunelab.jsonfile import write_json
 
+    tag = (tag or "").lstrip("_")
+    if tag:
+        name = f"{name}_{tag}"
     doc = {"benchmark": name, "environment": fingerprint(), **payload}
     path = RESULTS / f"{name}.json"
     write_json(path, doc, indent=2, default=float)

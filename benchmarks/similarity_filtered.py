@@ -19,12 +19,15 @@ appended (mean and largest; the select reads those), and at 50K / 100 the fused,
 kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
 (environment fingerprint inside); a short table last. About 3 minutes on an H100.
 
-    python3 benchmarks/similarity_filtered.py [--quick] [--tag _h100] [--before DIR]
+    python3 benchmarks/similarity_filtered.py [--quick] [--tag h100] [--before DIR]
 
 The before directory of the global bars' A/B (results/similarity_filtered_h100_gbar.json):
 
     mkdir -p ab_before/similarity
     git show 9295b4c:csrc/kernels/similarity/topk.cuh > ab_before/similarity/topk.cuh
+
+and of the select by the global bar's (540a19b against 320310b, results/similarity_filtered_h100_gselect.json,
+--quick): 320310b's similarity/select.cuh.
 """
 from __future__ import annotations
 
@@ -75,7 +78,7 @@ def candidates(prep: Prepared) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three shapes, fewer samples")
-    ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. _h100)")
+    ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. h100)")
     ap.add_argument("--before", type=headers_dir(), default=None,
                     help="directory laid out as csrc/kernels with the headers of the 'filtered-before' arm")
     args = ap.parse_args()
@@ -106,9 +109,9 @@ def main() -> int:
         rows.append(row)
         del fns, q, c
         torch.cuda.empty_cache()
-    path = write_result(f"similarity_filtered{args.tag}", {"quick": args.quick, "sm_mhz_after_warmup": clock,
+    path = write_result("similarity_filtered", {"quick": args.quick, "sm_mhz_after_warmup": clock,
                                                            "before": str(args.before) if args.before else None,
-                                                           "rows": rows})
+                                                           "rows": rows}, args.tag)
     print(f"wrote {path}")
     arms = ("torch", "fused", "dense", "filtered") + (("filtered-before",) if args.before else ())
     print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")

@@ -113,9 +113,9 @@ def main() -> int:
                                   "tflops_equiv": 8.0 * args.gram_n ** 2 * 256 / (t["median"] * 1e-6) / 1e12}
         print(f"{'complex64 gram':<16} {t['median']:8.1f} us  {rows['complex64 gram']['tflops_equiv']:6.1f} TFLOP/s "
               f"equivalent, max error {err:.3g} (n = {args.gram_n})", flush=True)
-    path = write_result("similarity_fp32_compute" + (f"_{args.tag}" if args.tag else ""),
+    path = write_result("similarity_fp32_compute",
                         {"nq": NQ, "n": args.n, "d": D, "k": K, "splits": args.splits, "sm_mhz_after_warmup": clock,
-                         "timer": "events, no L2 flush (the corpus stays in L2)", "rows": rows})
+                         "timer": "events, no L2 flush (the corpus stays in L2)", "rows": rows}, args.tag)
     print(f"wrote {path}")
     return 0
 

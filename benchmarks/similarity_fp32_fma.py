@@ -119,9 +119,9 @@ def main() -> int:
                                             if "fma-128" in vv else ""), flush=True)
             del preps, q, c
             torch.cuda.empty_cache()
-    path = write_result("similarity_fp32_fma" + (f"_{args.tag}" if args.tag else ""),
+    path = write_result("similarity_fp32_fma",
                         {"d": D, "k": K, "metric": "ip", "sm_mhz_after_warmup": clock, "rate": rate_rows,
-                         "search": search_rows})
+                         "search": search_rows}, args.tag)
     print(f"wrote {path}")
     if rate_rows:
         print(f"{'nq':>3} {'rate GB/s/SM 3xTF32':>20} {'FMA':>7} {'read':>7}")

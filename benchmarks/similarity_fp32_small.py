@@ -81,8 +81,8 @@ def main() -> int:
             print(f"nq={nq:>3} N={n:>7}: {text}{differ}", flush=True)
             del preps, q, c
             torch.cuda.empty_cache()
-    name = "similarity_fp32_small" + (f"_{args.tag}" if args.tag else "")
-    path = write_result(name, {"d": D, "k": K, "sm_mhz_after_warmup": clock, "rows": rows})
+    path = write_result("similarity_fp32_small", {"d": D, "k": K, "sm_mhz_after_warmup": clock, "rows": rows},
+                        args.tag)
     print(f"wrote {path}")
     names = ("torch", "fused", "fused-128", "dense")
     print(f"{'nq':>4} {'N':>7} " + " ".join(f"{x:>10}" for x in names) + "  dense vs fused")

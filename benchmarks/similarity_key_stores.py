@@ -67,10 +67,10 @@ def main() -> int:
     for name in preps:
         for part in ("search", "pair"):
             speed[f"{name}/{part}"] = speedup(samples[f"plain/{part}"], samples[f"{name}/{part}"])
-    path = write_result(f"similarity_key_stores{('_' + args.tag) if args.tag else ''}",
+    path = write_result("similarity_key_stores",
                         {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "config": preps["plain"].config,
                          "splits": preps["plain"].plan["splits"], "sm_mhz_after_warmup": clock,
-                         "indices_equal_plain": agree, "us": rows, "speedup_vs_plain": speed})
+                         "indices_equal_plain": agree, "us": rows, "speedup_vs_plain": speed}, args.tag)
     print(f"wrote {path}")
     print(f"read {rows['read']['median']:.1f} us, torch {rows['torch']['median']:.1f} us")
     for name in preps:

@@ -478,15 +478,13 @@ def main() -> int:
         return 0
     name = "similarity_probe" if args.variants == "sync" else f"similarity_probe_{args.variants}"
     if args.trace:
-        path = write_result(f"{name}_trace" + (f"_{args.tag}" if args.tag else ""), {"rows": rows, "dtype": args.dtype})
+        path = write_result(f"{name}_trace", {"rows": rows, "dtype": args.dtype}, args.tag)
         print(f"wrote {path}")
         return 0
     if args.dtype != "float16" or args.from_study:
         name += f"_{args.dtype}" + ("_study" if args.from_study else "")
-    if args.tag:
-        name += f"_{args.tag}"
     path = write_result(name, {"rows": rows, "dtype": args.dtype,
-                               "from_study": str(args.from_study) if args.from_study else None})
+                               "from_study": str(args.from_study) if args.from_study else None}, args.tag)
     print(f"wrote {path}")
     print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'loop':>9} {'epilogue':>9} {'merge':>7} "
           f"{'lists':>7} {'shared':>7} {'sorted':>7} {'total':>9} {'torch':>9} {'agree':>6}")

@@ -1,10 +1,12 @@
 """A/B of the select kernel (kernels/similarity/select.cuh) against another version of it, in one process on one GPU.
 
-after   the working tree's select.cuh
-before  the select.cuh in ``--before``, e.g. 027b2c8's (warp 0 merges the warps' sorted maxima, one head a round
-        for k rounds, to the exact k-th largest of the 1024 threads' maxima; each thread whose maximum reaches the
-        bar walks its entries again alone) or 48cf1bf's (the bar from the warps' maxima and k-th maxima, one sort in
-        warp 0; the owners still walk alone)
+after   the working tree's kernels
+before  the headers in ``--before``: select.cuh, and any other kernel header the change touched. E.g. 027b2c8's
+        select.cuh (warp 0 merges the warps' sorted maxima, one head a round for k rounds, to the exact k-th
+        largest of the 1024 threads' maxima; each thread whose maximum reaches the bar walks its entries again
+        alone) or 48cf1bf's (the bar from the warps' maxima and k-th maxima, one sort in warp 0; the owners still
+        walk alone); the block maxima' A/B (results/similarity_select_bound_h100_block_maxima.json, --rounds 4
+        --budget-s 1.0) swapped 6d1f4ef's topk.cuh, params.cuh and select.cuh
 
 For each shape (fp16, d = 768, k = 10, inner product; the dense search, MERGE=5, on the default config of the
 store bucket of 65536 rows) both versions are compiled (benchmarks/_common.kernel_variant swaps the header in a
@@ -73,9 +75,9 @@ def main() -> int:
               f"({row['select_speedup']['estimate']:.3f}x){'' if equal else '  RESULTS DIFFER'}", flush=True)
         del preps, fns, q, c
         torch.cuda.empty_cache()
-    path = write_result(f"similarity_select_bound{('_' + args.tag) if args.tag else ''}",
+    path = write_result("similarity_select_bound",
                         {"d": D, "k": K, "dtype": "fp16", "before": str(args.before), "sm_mhz_after_warmup": clock,
-                         "rows": rows})
+                         "rows": rows}, args.tag)
     print(f"wrote {path}")
     return 0 if all(r["results_equal"] for r in rows) else 1
 

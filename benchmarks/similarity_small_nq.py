@@ -106,8 +106,8 @@ def main() -> int:
         times_text = "  ".join(f"{k} {v['us']['median']:.1f}" for k, v in row["variants"].items())
         differ = "" if all(equal.values()) else f"  INDICES DIFFER: {equal}"
         print(f"nq={nq} {dtype:>8} N={n:>8}: {times_text}{differ}", flush=True)
-    name = "similarity_small_nq" + (f"_{args.tag}" if args.tag else "")
-    path = write_result(name, {"nqs": nqs, "d": D, "k": K, "sm_mhz_after_warmup": clock, "rows": rows})
+    path = write_result("similarity_small_nq", {"nqs": nqs, "d": D, "k": K, "sm_mhz_after_warmup": clock,
+                                                "rows": rows}, args.tag)
     print(f"wrote {path}")
     names = list(dict.fromkeys(x for r in rows for x in r["variants"]))
     print(f"{'nq':>3} {'dtype':>8} {'N':>8} " + " ".join(f"{x:>15}" for x in names))
