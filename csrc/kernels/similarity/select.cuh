@@ -65,6 +65,20 @@
 namespace tunelab {
 namespace sim {
 
+// The select's diagnosis build (TUNELAB_SIM_SELECT_TRACE, benchmarks/similarity_select_trace.py): thread 0 of each
+// block stamps %globaltimer at kSelectTraceStamps points (entry, the prior grid's end, steps 1 to 4) and writes them
+// over the first entries of its row of the key matrix when the block is done (the next search rewrites the row).
+constexpr int kSelectTraceStamps = 6;
+__device__ __forceinline__ unsigned long long select_clock() {
+#ifdef TUNELAB_SIM_SELECT_TRACE
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+#else
+  return 0;
+#endif
+}
+
 // Sorts one value per lane across the warp, descending (lane 0 the largest). Values must not be NaN.
 __device__ __forceinline__ float warp_sort_desc(float x, int lane) {
 #pragma unroll
@@ -113,7 +127,10 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
   float* qnorm = reinterpret_cast<float*>(count + 3);
   const unsigned piece_bar = smem_u32(count + 4);  // [kSelectPieces] mbarriers (8-byte aligned: merge_smem_bytes)
 
+  unsigned long long stamp[kSelectTraceStamps];  // (trace build)
+  stamp[0] = select_clock();
   pdl_wait_prior_grid();  // a programmatic launch after the search: its key matrix is complete from here on
+  stamp[1] = select_clock();
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
   const bool filtered = !p.implicit_index;
@@ -188,6 +205,8 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
   }
 #endif
 
+  stamp[2] = select_clock();
+
   // 2. the bound: the larger of the k-th largest of the warps' maxima and the largest of the warps' k-th largest
   // thread maxima (m stays this thread's own maximum: step 3 reads it)
   const float sorted = warp_sort_desc(m, lane);  // lane 0 the warp's largest maximum, lane k - 1 its k-th
@@ -207,6 +226,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
   }
   stash_query_norm2<DTYPE, METRIC>(p, q, warp == WARPS - 1, lane, qnorm);
   __syncthreads();
+  stamp[3] = select_clock();
   // 3. queue every entry at least as good as the bar; if too many did, raise the bar and queue again
   int m_count;
   for (;;) {
@@ -273,6 +293,7 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
     __syncthreads();
   }
 
+  stamp[4] = select_clock();
   // 4. each queued entry's rank is its place in the answer; the places past the queue are missing entries
   float qn2 = 0.f;
   if constexpr (METRIC != kIP) qn2 = lds(qnorm);
@@ -284,6 +305,15 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
     if (r < k) write_merged<METRIC>(p, q, r, true, x, xi, qn2);
   }
   for (int r = m_count + tid; r < k; r += T) write_merged<METRIC>(p, q, r, false, 0.f, 0, qn2);
+#ifdef TUNELAB_SIM_SELECT_TRACE
+  __syncthreads();  // every thread's step 4 (and step 3's reads of the row) done
+  stamp[5] = select_clock();
+  if (tid == 0)
+    for (int i = 0; i < kSelectTraceStamps; ++i)
+      reinterpret_cast<unsigned long long*>(const_cast<float*>(row))[i] = stamp[i];
+#else
+  (void)stamp;
+#endif
 }
 
 }  // namespace sim
