@@ -458,10 +458,9 @@ def test_merge_kind_rule():
         S.merge_smem_bytes(4, 33)
     with pytest.raises(ConfigError, match="4 \\(sorted lists, k <= 32\\) or 5 \\(select"):
         S.merge_threads(6)
-    # the select kernel: 1024 threads, its window of row entries, queue, the warps' largest and k-th maxima, and
-    # one mbarrier per 16 KiB piece of the window (13)
+    # the select kernel: 1024 threads, its window of row entries, queue and the warps' largest and k-th maxima
     assert S.merge_threads(5) == 1024
-    assert S.merge_smem_bytes(5, 10) == 51 * 1024 * 4 + 1024 * 8 + 2 * 32 * 4 + 16 + 13 * 8 <= 227 * 1024
+    assert S.merge_smem_bytes(5, 10) == 51 * 1024 * 4 + 1024 * 8 + 2 * 32 * 4 + 16 <= 227 * 1024
     assert S.merge_name_expression(1, 2, 5) == "tunelab::sim::similarity_select<1, 2>"
     with pytest.raises(ConfigError, match="merge kind 5 takes k <= 32; k=33"):
         S.merge_smem_bytes(5, 33)

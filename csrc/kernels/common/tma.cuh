@@ -46,15 +46,6 @@ __device__ __forceinline__ void load_2d(unsigned dst, const Desc* desc, unsigned
       : "memory");
 }
 
-// `bytes` (a multiple of 16) of contiguous global memory at src -> shared memory at dst (both 16-byte aligned),
-// completing `bar`'s transaction count: a bulk copy (cp.async.bulk, sm_90) that needs no tensor map. The TMA unit
-// moves it, so one thread's instruction keeps the whole piece in flight.
-__device__ __forceinline__ void load_1d(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(reinterpret_cast<unsigned long long>(src)), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 // Fetches the box at (column x, row y) into L2 only (no shared memory, no mbarrier): a later load_2d of it hits.
 __device__ __forceinline__ void prefetch_2d(const Desc* desc, int x, int y) {
   asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(

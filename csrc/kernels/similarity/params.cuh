@@ -235,9 +235,6 @@ constexpr int kSelectWindow = 51 * 1024;
 #endif
 constexpr int kSelectCap = 1024;
 constexpr int kSelectMaxK = 32;
-// The window's pieces: kSelectThreads 16-byte chunks (16 KiB) each, one bulk copy and one mbarrier apiece on sm_90
-// (select.cuh, step 1).
-constexpr int kSelectPieces = (kSelectWindow / 4 + kSelectThreads - 1) / kSelectThreads;
 constexpr int kMergeListWarps = 8;
 constexpr long long kMergeListsMinCandidates = 16384;
 constexpr int kMergeSortedMaxK = 32;
@@ -271,10 +268,10 @@ constexpr int kSortedMergeKept = 64;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
 // (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; select: the window of the row, the
-// queue (8 bytes an entry), the warps' largest and k-th largest maxima (32 each) and, after the 16 bytes below, the
-// window pieces' mbarriers (8 bytes each); all: 16 bytes for the queue count, the bar and |q|^2.
+// queue (8 bytes an entry) and the warps' largest and k-th largest maxima (32 each); all: 16 bytes for the queue
+// count, the bar and |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
-  return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + 2 * 32 * 4LL + 16 + 8LL * kSelectPieces
+  return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + 2 * 32 * 4LL + 16
          : kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16

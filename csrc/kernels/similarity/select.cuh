@@ -46,21 +46,18 @@
 // past kSelectCap, so the queue's raise rounds (each thread ranking an entry among CAP) would run; the queue's
 // length was not counted on the GPU. The bar of step 2 is about the top k.
 //
+// Measured and reverted (6b5387c): the window by bulk copies (cp.async.bulk, 13 pieces of 16 KiB on mbarriers, thread 0
+// issuing them) instead of every thread's cp.async. On an H100 at 50K the select alone took 11.1 against 11.1 us at
+// nq = 100 and 10.3 against 9.8 at nq = 1 (results/similarity_select_bound_h100_bulk.json); the diagnosis build's
+// stamps (benchmarks/similarity_select_trace.py, results/similarity_select_trace_h100.json) put step 1 at 3.1 against
+// 2.3 us for one query, 4.2 against 3.8 for 100: with 100 blocks reading their 20 MB together (4.4-5.2 TB/s from
+// L2) the copy's form does not bound it, and for one block the bulk copies were slower.
+//
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
 #pragma once
 
 #include "similarity/topk.cuh"  // MergeParams' helpers: write_merged, stash_query_norm2; better()
-
-// TUNELAB_SIM_SELECT_BULK: step 1 copies the window by bulk copies (sm_90; 1 there unless defined) instead of
-// every thread's 16-byte cp.async (0: sm_8x). The CPU emulator builds both.
-#ifndef TUNELAB_SIM_SELECT_BULK
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TUNELAB_SIM_SELECT_BULK 1
-#else
-#define TUNELAB_SIM_SELECT_BULK 0
-#endif
-#endif
 
 namespace tunelab {
 namespace sim {
@@ -113,7 +110,7 @@ __device__ __forceinline__ void select_each_candidate(const float* row, const in
 }
 
 template <int DTYPE, int METRIC>
-__global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __grid_constant__ MergeParams p) {
+__global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid_constant__ MergeParams p) {
   constexpr int T = kSelectThreads, WARPS = T / 32, CAP = kSelectCap;
   static_assert(WARPS <= 32, "warp 0 takes one warp's maxima per lane");
   extern __shared__ __align__(1024) unsigned char tunelab_similarity_smem[];
@@ -125,7 +122,6 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
   float* bar_key = reinterpret_cast<float*>(count + 1);             // the bar of the next pass
   int* bar_idx = count + 2;
   float* qnorm = reinterpret_cast<float*>(count + 3);
-  const unsigned piece_bar = smem_u32(count + 4);  // [kSelectPieces] mbarriers (8-byte aligned: merge_smem_bytes)
 
   unsigned long long stamp[kSelectTraceStamps];  // (trace build)
   stamp[0] = select_clock();
@@ -159,25 +155,8 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
 
   // 1. copy the window, and each thread's maximum (fmaxf drops NaN)
   if (tid == 0) sts(count, 0);
-#if TUNELAB_SIM_SELECT_BULK
-  // piece j (chunks [j T, (j + 1) T), thread tid's j-th chunk among them) by one bulk copy on mbarrier j
-  const int pieces = (chunks + T - 1) / T;
-  if (tid == 0) {
-    for (int j = 0; j < pieces; ++j) mbar::init(piece_bar + 8 * j, 1);
-    mbar::fence_init();
-  }
-  __syncthreads();
-  if (tid == 0)
-    for (int j = 0; j < pieces; ++j) {
-      const unsigned bytes = 16u * static_cast<unsigned>(chunks - j * T < T ? chunks - j * T : T);
-      mbar::arrive_expect_tx(piece_bar + 8 * j, bytes);
-      tma::load_1d(smem_u32(win + 4 * j * T), row + 4 * j * T, bytes, piece_bar + 8 * j);
-    }
-#else
-  (void)piece_bar;
   for (int c = tid; c < chunks; c += T) cp_async<16>(smem_u32(win + 4 * c), row + 4 * c, true);
   cp_async_commit();
-#endif
   float m = -f32_inf();
   for (int c0 = chunks + tid; c0 < all_chunks; c0 += G * T) {
     float4 v[G];
@@ -188,22 +167,11 @@ __global__ void __launch_bounds__(kSelectThreads, 1) similarity_select(const __g
   }
   for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
   select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, [&](float x, int) { m = fmaxf(m, x); });
-#if TUNELAB_SIM_SELECT_BULK
-  // every thread waits for every piece (step 3's warps read any owner's chunks), reading its own as each lands
-  for (int j = 0, c = tid; j < pieces; ++j, c += T) {
-    mbar::wait(piece_bar + 8 * j, 0);
-    if (c < chunks) {
-      const float4 v = lds4(win + 4 * c);
-      m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-    }
-  }
-#else
-  cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them before the barrier)
+  cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
   for (int c = tid; c < chunks; c += T) {
     const float4 v = lds4(win + 4 * c);
     m = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
   }
-#endif
 
   stamp[2] = select_clock();
 
