@@ -39,15 +39,21 @@
 // entries (one per split of the search), segment l holding the count at cand_idx[num_lists * list_len + l] of
 // entries from its start, in no order, their indices in cand_idx at the same places (params.cuh topk_filtered()).
 // Step 1 then reads the counts into the window's place and walks the segments, T / segments threads to each (8
-// loads in flight per thread), and step 3 walks them again; the rest is the same. Each thread's first 4 entries
-// (kHeld: every entry at 50K / 100, ~13 a segment over 7 threads) are loaded with the counts, keys and indices, and
-// held in registers for step 3. Taking the search's global bar for
+// loads in flight per thread), and step 3 walks them again; the rest is the same. Taking the search's global bar for
 // the query as B instead of steps 1 and 2 (one walk, 540a19b, reverted) measured 45.5 against 11.2 us for the select
 // alone at 50K / 100 on an H100 (benchmarks/similarity_filtered.py --before, results/similarity_filtered_h100_gselect
 // .json). By the estimate in TopkBlock::filter_bound_pass() that bar is about the top 3% of the row, ~1,500 keys,
 // past kSelectCap, so the queue's raise rounds (each thread ranking an entry among CAP) would run. The search
 // appends about that many: 1,695 a query (median; at most 2,145) on an H100 (results/similarity_select_trace_h100
 // .json). The bar of step 2 is about the top k.
+//
+// Measured and reverted (41ccf11): each thread's first 4 entries (every entry at 50K / 100, ~13 a segment over 7
+// threads), keys and indices, loaded together with the counts and held in registers for step 3, which then read
+// nothing from global memory. The diagnosis build's stamps on an H100 (results/similarity_select_trace_h100_held
+// .json against similarity_select_trace_h100.json) moved step 3 from 3.6 to 2.0 us at 50K / 100 and step 1 from
+// 3.6 to 4.9 (8 loads a thread, most past the counts, where ~2 were read before), so the select's span past the
+// search stayed at 9.3-9.5 us, and the filtered pair took 56.9 against 54.4 us (results/similarity_filtered_h100_
+// held.json; one query: 42.9 against 43.3).
 //
 // Measured and reverted (6b5387c): the window by bulk copies (cp.async.bulk, 13 pieces of 16 KiB on mbarriers, thread 0
 // issuing them) instead of every thread's cp.async. On an H100 at 50K the select alone took 11.1 against 11.1 us at
@@ -94,15 +100,14 @@ __device__ __forceinline__ float warp_sort_desc(float x, int lane) {
 }
 
 // After a filtered search: every candidate's key x and place e in the row to f(x, e), segment by segment (the counts
-// in shared memory at seg_count), tps threads of T to a segment, 8 loads in flight per thread; the thread's first
-// `skip` entries of its first segment (offsets tid % tps + j tps, j < skip) are left out (the caller holds them).
+// in shared memory at seg_count), tps threads of T to a segment, 8 loads in flight per thread.
 template <int T, class F>
 __device__ __forceinline__ void select_each_candidate(const float* row, const int* seg_count, int segs, int seg_len,
-                                                      int tps, int tid, int skip, F&& f) {
+                                                      int tps, int tid, F&& f) {
   constexpr int G = 8;
-  for (int s = tid / tps, first = skip * tps; s < segs; s += T / tps, first = 0) {
+  for (int s = tid / tps; s < segs; s += T / tps) {
     const int c = lds(seg_count + s), e0 = s * seg_len;
-    for (int o = tid % tps + first; o < c; o += G * tps) {
+    for (int o = tid % tps; o < c; o += G * tps) {
       float v[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) v[g] = o + g * tps < c ? row[e0 + o + g * tps] : 0.f;
@@ -143,30 +148,12 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   auto index_of = [&](int e) { return filtered ? row_idx[e] : e; };
   int* seg_count = reinterpret_cast<int*>(win);  // filtered: the segments' counts (the window is not used)
   const int tps = segs >= T || segs == 0 ? 1 : T / segs;
-  // Filtered: the thread's first kHeld entries of its first segment (offsets o0 + j tps), keys and indices, are loaded
-  // together with the counts (their places do not depend on a count: those past it are dropped once it is known) and
-  // held in registers for step 3, so that their reads cost one round trip to L2 instead of three (the counts, then
-  // the keys, then step 3's second walk). Entries past them (a segment longer than kHeld * tps) are walked as before.
-  constexpr int kHeld = 4;
-  const int s0 = tid / tps, o0 = tid % tps;
-  float held_key[kHeld];
-  int held_idx[kHeld];
-#pragma unroll
-  for (int j = 0; j < kHeld; ++j) {
-    const bool in = filtered && s0 < segs && o0 + j * tps < seg_len;
-    held_key[j] = in ? row[s0 * seg_len + o0 + j * tps] : f32_nan();
-    held_idx[j] = in ? row_idx[s0 * seg_len + o0 + j * tps] : 0;
-  }
   if (filtered) {
     for (int s = tid; s < segs; s += T) {
       const int c = row_idx[segs * seg_len + s];
       sts(seg_count + s, c < 0 ? 0 : c < seg_len ? c : seg_len);
     }
     __syncthreads();
-    const int c0 = s0 < segs ? lds(seg_count + s0) : 0;
-#pragma unroll
-    for (int j = 0; j < kHeld; ++j)
-      if (o0 + j * tps >= c0) held_key[j] = f32_nan();  // not a candidate (NaN: neither a maximum nor queued)
   }
   const bool aligned = (reinterpret_cast<unsigned long long>(row) & 15) == 0;
   const int all_chunks = aligned ? n / 4 : 0;  // 16-byte chunks of the row
@@ -188,9 +175,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
   }
   for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
-#pragma unroll
-  for (int j = 0; j < kHeld; ++j) m = fmaxf(m, held_key[j]);
-  select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, kHeld, [&](float x, int) { m = fmaxf(m, x); });
+  select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, [&](float x, int) { m = fmaxf(m, x); });
   cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
   for (int c = tid; c < chunks; c += T) {
     const float4 v = lds4(win + 4 * c);
@@ -240,12 +225,11 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       slot += p2;
       if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, index_of(e + 3));
     };
-    auto push = [&](float x, int xi) {
-      const int slot = atomic_add_shared(count, 1);
-      if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, xi);
-    };
     auto offer = [&](float x, int e) {
-      if (passes(x, e)) push(x, index_of(e));
+      if (passes(x, e)) {
+        const int slot = atomic_add_shared(count, 1);
+        if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, index_of(e));
+      }
     };
     // a thread whose largest entry is below the bar has none that reaches it: only the entries of the threads whose
     // maximum does (k of them for real data; a thread with only NaN entries has maximum -inf) are looked at again,
@@ -264,14 +248,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       }
       for (int e = rest + owner + lane * T; e < n; e += 32 * T) offer(row[e], e);
     }
-    if (mine) {  // (filtered) the held entries, then the rest of the thread's candidates
-#pragma unroll
-      for (int j = 0; j < kHeld; ++j) {
-        const float x = held_key[j];
-        if (x == x && !(bk > x || (bk == x && bi < held_idx[j]))) push(x, held_idx[j]);  // passes(), index held
-      }
-      select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, kHeld, offer);
-    }
+    if (mine) select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, offer);
     __syncthreads();
     m_count = lds(count);
     if (m_count <= CAP) break;
