@@ -8,9 +8,11 @@ the dense search (``dense``, MERGE=5: the select reads the whole key matrix) and
 (``filtered``, MERGE=6: the select reads the candidates the search appended; their count per query is reported). Per
 block the phase durations, and per run the select's span past the search (the last block's end less the first
 block's wait return); medians over runs of the medians (and maxima) over blocks, in us. Results:
-benchmarks/results/similarity_select_trace[_TAG].json; a table last. (results/similarity_select_trace_h100.json also
-holds a ``bulk`` row per shape: 4197698's select, whose window came by bulk copies, reverted; its ``cp.async`` rows
-are the dense select as built now.)
+benchmarks/results/similarity_select_trace[_TAG].json; a table last. The H100's %globaltimer advanced in steps of
+~0.26 us, so a phase reads to about that. Two results files hold reverted selects as well: in
+results/similarity_select_trace_h100.json the ``bulk`` rows are 4197698's (its window by bulk copies; its ``cp.async``
+rows are the dense select as built now), in similarity_select_trace_h100_held.json the ``filtered`` rows are 41ccf11's
+(the held entries; its ``dense`` rows are as built now).
 
     python3 benchmarks/similarity_select_trace.py [--tag h100]
 """
@@ -30,7 +32,7 @@ STEPS = ("step1_window_and_maxima", "step2_bar", "step3_queue", "step4_rank_and_
 VARIANTS = {"dense": (False, {"TUNELAB_SIM_SELECT_TRACE": "1"}), "filtered": (True, {"TUNELAB_SIM_SELECT_TRACE": "1"})}
 
 
-def one_run(prep, nq: int) -> dict:
+def one_run(prep) -> dict:
     """One flushed search + select; the select blocks' stamps decoded (us)."""
     import numpy as np
     import torch
@@ -48,7 +50,7 @@ def one_run(prep, nq: int) -> dict:
     out["after_wait_us"] = us[:, 5] - us[:, 1]
     span = float(us[:, 5].max())  # the last block's end past the first wait return
     wait_spread = float(us[:, 1].max())
-    res = {"blocks": {k: v for k, v in out.items()}, "span_past_search_us": span, "wait_spread_us": wait_spread}
+    res = {"blocks": out, "span_past_search_us": span, "wait_spread_us": wait_spread}
     if prep.ci is not None:  # filtered: the candidates the select read per query
         from tunelab.ops import similarity as sim
 
@@ -76,7 +78,7 @@ def main() -> int:
         for name, (filtered, defines) in VARIANTS.items():
             with kernel_variant(defines=defines):
                 prep = Prepared(dict(cfg, MERGE=sim.MERGE_FILTERED) if filtered else cfg, q, c)
-            runs = [one_run(prep, nq) for _ in range(args.reps + 2)][2:]
+            runs = [one_run(prep) for _ in range(args.reps + 2)][2:]  # the first two warm up
             med = {k: float(np.median([np.median(r["blocks"][k]) for r in runs])) for k in runs[0]["blocks"]}
             worst = {k: float(np.median([np.max(r["blocks"][k]) for r in runs])) for k in runs[0]["blocks"]}
             row["variants"][name] = {
