@@ -59,8 +59,8 @@
 // issuing them) instead of every thread's cp.async. On an H100 at 50K the select alone took 11.1 against 11.1 us at
 // nq = 100 and 10.3 against 9.8 at nq = 1 (results/similarity_select_bound_h100_bulk.json); the diagnosis build's
 // stamps (benchmarks/similarity_select_trace.py, results/similarity_select_trace_h100.json) put step 1 at 3.1 against
-// 2.3 us for one query, 4.2 against 3.8 for 100: with 100 blocks reading their 20 MB together (4.4-5.2 TB/s from
-// L2) the copy's form does not bound it, and for one block the bulk copies were slower.
+// 2.3 us for one query, 4.2 against 3.8 for 100: with 100 blocks reading their 20 MB together (about 4-5 TB/s
+// from L2) the copy's form does not bound it, and for one block the bulk copies were slower.
 //
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
