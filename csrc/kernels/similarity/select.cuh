@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
 #ifdef TUNELAB_SIM_SELECT_TRACE
   __syncthreads();  // every thread's step 4 (and step 3's reads of the row) done
   stamp[5] = select_clock();
-  if (tid == 0)
+  if (tid == 0 && p.query_stride >= 2 * kSelectTraceStamps)  // (rows of fewer entries keep theirs)
     for (int i = 0; i < kSelectTraceStamps; ++i)
       reinterpret_cast<unsigned long long*>(const_cast<float*>(row))[i] = stamp[i];
 #else
