@@ -1,11 +1,11 @@
 """How fast the 3xTF32 main loop (fp32 search, Gram) consumes its operands when memory does not bound it.
 
 On the H200, fp32 at N = 10M, nq = 1 reads the corpus at 3.8 TB/s (0.89x torch's GEMV), where fp16 reaches 4.65
-(results/similarity.json): 29 GB/s per SM against 35. ncu of the fp32 nq = 1 search on an H100 (``--ncu`` below;
-results/ncu_similarity_fp32_nq1_h100.txt, before the Veltkamp split) counted ~1,110 instructions per warp and
-64 KB pipeline stage, issued at 0.57 per cycle and scheduler: about 30 GB/s per SM at 1.98 GHz, so the instructions
-bound it, and most of them split every fp32 element into its two tf32 halves. This script measures that ceiling on
-any GPU:
+(results/similarity.json at 3e59260, in git history): 29 GB/s per SM against 35. ncu of the fp32 nq = 1 search on an
+H100 (``--ncu`` below; results/ncu_similarity_fp32_nq1_h100.txt, before the Veltkamp split) counted ~1,110 instructions
+per warp and 64 KB pipeline stage, issued at 0.57 per cycle and scheduler: about 30 GB/s per SM at 1.98 GHz, so the
+instructions bound it, and most of them split every fp32 element into its two tf32 halves. This script measures that
+ceiling on any GPU:
 
   search   the nq = 1 default config of each dtype (fp32: on the 3xTF32 loop and 256-row tiles, which sm_90's
            default left for FFMA at 1a1c9ad and 128-row tiles at 02c659c; fp16) over an L2-resident corpus

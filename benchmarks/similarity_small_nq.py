@@ -1,12 +1,12 @@
 """Few queries against a small corpus (nq = 1 by default, N from 50K): which tiling and which top-k path the default
 should take.
 
-At nq = 1 the search is a pure stream of the corpus, yet at N = 50K the op took 41 us on the H200 and 48.5 on an
-H100 against 24.4 and 32.5 for a kernel that only reads the corpus (results/similarity.json,
-results/similarity_floor*.json). The default tiled 256 rows, which at 50K makes 196 tiles: 98 splits of two, so 34
-of 132 SMs stream nothing. For each dtype (fp16, fp32) and N in ``--ns`` the script times, interleaved in rounds
-with the core's protocol (L2 flush, CUDA events; CUDA-graph replay when one is under 20 us), each variant's search
-then merge or select (prepared launches, as the op launches them):
+At nq = 1 the search is a pure stream of the corpus, yet at N = 50K the op took 41 us on the H200 and 48.5 on an H100
+against 24.4 and 32.5 for a kernel that only reads the corpus (results/similarity.json at 3e59260, in git history;
+results/similarity_floor*.json). The default tiled 256 rows, which at 50K makes 196 tiles: 98 splits of two, so 34 of
+132 SMs stream nothing. For each dtype (fp16, fp32) and N in ``--ns`` the script times, interleaved in rounds with the
+core's protocol (L2 flush, CUDA events; CUDA-graph replay when one is under 20 us), each variant's search then merge or
+select (prepared launches, as the op launches them):
 
   read         a streaming read of the corpus (16-byte loads, nothing written): the floor
   default      default_config(nq, n=next_pow2(N)), what the op takes: since 76449c4 on sm_90 (16-bit, up to
