@@ -10,9 +10,9 @@ Rules (each bar is backed by k keys at least as large, so every one keeps the an
                      groups of each group's first-tile bound, the k-th largest of its 32 holders' maxima. The search
                      appends keys against the bar each tile sees then, so it lets through at least this many (the GPU
                      count, results/similarity_select_trace_h100.json: 1,695 a query).
-  tile_maxima_kth    the k-th largest of the first tiles' maxima (262 tiles of 128 rows: k distinct rows reach it):
+  tile_maxima_kth    the k-th largest of the first tiles' maxima (261 tiles of 128 rows: k distinct rows reach it):
                      what one exchange of 100 floats a block after its first tiles would give every block.
-  first_tiles_kth    the k-th largest key of all first tiles (34K rows): the best bar the first tiles can give.
+  first_tiles_kth    the k-th largest key of all first tiles (33K rows): the best bar the first tiles can give.
   bucket_words_min   k words per query, first tile t raising word t mod k with its maximum (an atomic max, as the
                      global bar's one word now): each word is a key of its own tiles, so the smallest of the k
                      words is backed by k distinct rows once every word has been raised.

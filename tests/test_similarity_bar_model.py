@@ -1,0 +1,50 @@
+"""benchmarks/similarity_bar_model.py: the bar rules it counts keys for must be valid bars (k distinct keys reach
+each, so the answer stays exact) and relate as their definitions say."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _model():
+    sys.path.insert(0, str(BENCH))  # the script imports _common
+    try:
+        spec = importlib.util.spec_from_file_location("similarity_bar_model", BENCH / "similarity_bar_model.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(BENCH))
+    return mod
+
+
+def test_first_tiles_follow_the_default_geometry():
+    """At 50K rows: 391 tiles of 128 in 131 splits of 3, two first tiles a split (the last split holds tiles 390 only:
+    one), each of 128 rows but the corpus's last."""
+    m = _model()
+    firsts = m.first_tile_rows(50_000)
+    assert len(firsts) == 2 * 130 + 1
+    assert firsts[0] == range(0, 128) and firsts[1] == range(128, 256) and firsts[2] == range(384, 512)
+    assert firsts[-1] == range(390 * 128, 50_000)
+
+
+def test_every_rule_is_a_valid_bar_and_they_order_as_defined():
+    """Each bar has at least k keys at or above it (the true k-th key bounds it from above); the k-th largest of all
+    first-tile keys is at least the k-th of their maxima, which is at least the smallest bucket word; the global bar
+    of group bounds is a bound too."""
+    m = _model()
+    k = 10
+    rng = np.random.default_rng(7)
+    scores = rng.standard_normal((6, 9_000), dtype=np.float32)
+    scores[0] = 1.0  # every key ties
+    bars = m.bars(scores, k)
+    kth = np.sort(scores, axis=1)[:, -k]
+    for rule, bar in bars.items():
+        assert bar.shape == (6,), rule
+        assert np.all(bar <= kth), rule
+        assert np.all((scores >= bar[:, None]).sum(axis=1) >= k), rule
+    assert np.all(bars["first_tiles_kth"] >= bars["tile_maxima_kth"])
+    assert np.all(bars["tile_maxima_kth"] >= bars["bucket_words_min"])
+    assert np.all(bars["first_tiles_kth"][0] == 1.0)
