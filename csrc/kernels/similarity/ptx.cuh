@@ -101,17 +101,6 @@ __device__ __forceinline__ unsigned global_bar_load(const unsigned* a) {
 __device__ __forceinline__ void global_bar_reset(unsigned* a) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a), "r"(0u) : "memory");
 }
-// The count of first tiles that raised a query's tile-maximum words (relaxed: a reader that sees the count before a
-// raise only filters by a lower bar).
-__device__ __forceinline__ void global_count_add(unsigned* a) {
-  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(a), "r"(1u) : "memory");
-}
-// Nanoseconds for a bounded wait (%globaltimer).
-__device__ __forceinline__ unsigned long long spin_clock_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 
 __device__ __forceinline__ unsigned ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 __device__ __forceinline__ float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }

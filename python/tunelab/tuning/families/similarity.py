@@ -194,11 +194,10 @@ def filter_rows_bound(config: Mapping[str, Any], n: int) -> int:
     """Entries of a ``MERGE=6`` search's candidate row over ``n`` rows, at most, whatever the grid plan (which
     depends on the device: ``ops.similarity.filter_ld`` gives a plan's exact figure): the splits' segments cover
     the tiles and at most a split's tiles less one past them (never more than the tiles again), with clusters
-    CLUSTER - 1 empty splits' tiles more; then a count per split or the global words, whichever is more, rounded up
-    to 4."""
+    CLUSTER - 1 empty splits' tiles more; then a count per split."""
     bn, cl = int(config["BLOCK_N"]), int(config.get("CLUSTER", 1))
     tiles = -(-int(n) // bn)
-    return (1 + cl) * tiles * bn + max(tiles + cl, int(_ops()._S.FILTER_WORDS)) + 3
+    return (1 + cl) * tiles * bn + tiles + cl
 
 
 def merge_choices(problem: Any) -> list[int]:
