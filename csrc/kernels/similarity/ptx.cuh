@@ -102,6 +102,13 @@ __device__ __forceinline__ void global_bar_reset(unsigned* a) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a), "r"(0u) : "memory");
 }
 
+// %globaltimer: nanoseconds, comparable across SMs (the diagnosis builds' timelines: topk.cuh trace(), select.cuh).
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __device__ __forceinline__ unsigned ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 __device__ __forceinline__ float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 __device__ __forceinline__ unsigned shfl_xor_u(unsigned v, int mask) {

@@ -35,6 +35,13 @@
 // select got slower with less to read was not found (no ncu run): the owners' block reads are global loads, one warp
 // lane each, where the window's were shared-memory ones.
 //
+// Measured and reverted (6b5387c): the window by bulk copies (cp.async.bulk, 13 pieces of 16 KiB on mbarriers, thread 0
+// issuing them) instead of every thread's cp.async. On an H100 at 50K the select alone took 11.1 against 11.1 us at
+// nq = 100 and 10.3 against 9.8 at nq = 1 (results/similarity_select_bound_h100_bulk.json); the diagnosis build's
+// stamps (benchmarks/similarity_select_trace.py, results/similarity_select_trace_h100.json) put step 1 at 3.1 against
+// 2.3 us for one query, 4.2 against 3.8 for 100: with 100 blocks reading their 20 MB together (about 4-5 TB/s
+// from L2) the copy's form does not bound it, and for one block the bulk copies were slower.
+//
 // After a MERGE=6 search (implicit_index 0) a row is the query's appended candidates: num_lists segments of list_len
 // entries (one per split of the search), segment l holding the count at cand_idx[num_lists * list_len + l] of
 // entries from its start, in no order, their indices in cand_idx at the same places (params.cuh topk_filtered()).
@@ -55,13 +62,6 @@
 // search stayed at 9.3-9.5 us, and the filtered pair took 56.9 against 54.4 us (results/similarity_filtered_h100_
 // held.json; one query: 42.9 against 43.3).
 //
-// Measured and reverted (6b5387c): the window by bulk copies (cp.async.bulk, 13 pieces of 16 KiB on mbarriers, thread 0
-// issuing them) instead of every thread's cp.async. On an H100 at 50K the select alone took 11.1 against 11.1 us at
-// nq = 100 and 10.3 against 9.8 at nq = 1 (results/similarity_select_bound_h100_bulk.json); the diagnosis build's
-// stamps (benchmarks/similarity_select_trace.py, results/similarity_select_trace_h100.json) put step 1 at 3.1 against
-// 2.3 us for one query, 4.2 against 3.8 for 100: with 100 blocks reading their 20 MB together (about 4-5 TB/s
-// from L2) the copy's form does not bound it, and for one block the bulk copies were slower.
-//
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
 #pragma once
@@ -77,9 +77,7 @@ namespace sim {
 constexpr int kSelectTraceStamps = 6;
 __device__ __forceinline__ unsigned long long select_clock() {
 #ifdef TUNELAB_SIM_SELECT_TRACE
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
+  return globaltimer_ns();
 #else
   return 0;
 #endif

@@ -683,9 +683,7 @@ struct TopkBlock {
   __device__ __forceinline__ void trace(int slot) const {
 #ifdef TUNELAB_SIM_TRACE
     unsigned long long* t = trace_slots();
-    unsigned long long ns;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-    t[slot] = ns;
+    t[slot] = globaltimer_ns();
     t[kTraceSlots + slot] = static_cast<unsigned long long>(clock64());
     if (slot == kTraceEntry) {
       unsigned smid;
@@ -1229,7 +1227,7 @@ struct TopkBlock {
   //
   // The global bar is what makes the filter tighter at small N: a block's own first tile of 128 rows bounds a query
   // by about its top 9% (the k-th largest of 32 holders' maxima of 4 keys; ~3,900 of 50K keys appended per query at
-  // 50K / 100), the largest of the 262 groups' bounds by about its top 3% (an estimate: 262 draws of that bound;
+  // 50K / 100), the largest of the 261 groups' bounds by about its top 3% (an estimate: 261 draws of that bound;
   // ~1,670 keys appended, most of them by the first tiles, which run before any bar is raised). Too loose for the
   // select to take as its own bar (select.cuh). Every block resets its queries' words at its start
   // (filter_reset_global_bars()), before it reads them, so a word never holds another launch's bar; a block that

@@ -93,6 +93,8 @@ inline void unpack2(unsigned v, float& lo, float& hi) {
   hi = emu_detail::to_float<DTYPE>(static_cast<uint16_t>(v >> 16));
 }
 
+// The diagnosis builds' clock: not emulated (the emulator builds no timeline).
+inline unsigned long long globaltimer_ns() { emu::fail("%globaltimer is not emulated (diagnosis builds only)"); }
 inline unsigned ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 inline float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 inline unsigned shfl_xor_u(unsigned v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
