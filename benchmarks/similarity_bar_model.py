@@ -1,7 +1,7 @@
 """How many keys a query's bar lets through at 50K / 100 under different rules for that bar, counted on the CPU over
-Gaussian data (the benchmarks' draw: queries and corpus N(0, 1), fp16), with the dense default's geometry on sm_90:
-131 splits of 3 tiles of 128 rows, two ping-pong groups a block whose first tiles are the split's tiles 0 and 1, 32
-accumulator holders of 4 rows per column in a group's tile. A design input for issue 5's 4x goal, not a GPU
+Gaussian data (the benchmarks' draw: queries and corpus N(0, 1), fp16), with the geometry of the op's plan for the
+default config on sm_90 (131 splits of 3 tiles of 128 rows on 132 SMs), two ping-pong groups a block whose first
+tiles are the split's tiles 0 and 1, 32 accumulator holders of 4 rows per column in a group's tile. A design input for issue 5's 4x goal, not a GPU
 measurement: it counts keys, not time.
 
 Rules (each bar is backed by k keys at least as large, so every one keeps the answer exact):
@@ -31,20 +31,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result  # noqa: E402
 
 NQ, N, D, K = 100, 50_000, 768, 10
-BLOCK_N, TILES_PER_SPLIT, HOLDERS = 128, 3, 32
+SMS = 132  # the H100's and the H200's: the plan's splits
+HOLDERS = 32  # accumulator holders of a column in a ping-pong group (params.cuh topk_column_holders(4, 1))
 
 
-def first_tile_rows(n: int) -> list[range]:
-    """The row ranges of every block's two groups' first tiles (tiles 0 and 1 of each split)."""
-    tiles = -(-n // BLOCK_N)
-    splits = -(-tiles // TILES_PER_SPLIT)
-    out = []
-    for s in range(splits):
-        for t in (0, 1):
-            tile = s * TILES_PER_SPLIT + t
-            if tile < tiles:
-                out.append(range(tile * BLOCK_N, min(n, (tile + 1) * BLOCK_N)))
-    return out
+def first_tile_rows(n: int, nq: int = NQ) -> list[range]:
+    """The row ranges of every block's groups' first tiles (tiles 0 and 1 of each split, ping-pong) in the plan the
+    op makes for the filtered search on the 50K / 100 default config (the launcher's topk_plan, SMS SMs)."""
+    from tunelab import _core
+    from tunelab.ops import similarity as sim
+
+    cfg = dict(sim.default_config(100, K, "float16", D, arch="sm_90", n=65536), MERGE=sim.MERGE_FILTERED)
+    plan = dict(_core.similarity.topk_plan(cfg, nq, n, SMS, 0))
+    bn, per = cfg["BLOCK_N"], plan["tiles_per_split"]
+    firsts = (s * per + t for s in range(plan["splits"]) for t in range(min(2, per)))
+    return [range(tile * bn, min(n, (tile + 1) * bn)) for tile in firsts if tile < plan["num_tiles"]]
 
 
 def bars(scores, k: int) -> dict:
