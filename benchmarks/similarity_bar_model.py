@@ -1,8 +1,9 @@
 """How many keys a query's bar lets through at 50K / 100 under different rules for that bar, counted on the CPU over
 Gaussian data (the benchmarks' draw: queries and corpus N(0, 1), fp16), with the geometry of the op's plan for the
 default config on sm_90 (131 splits of 3 tiles of 128 rows on 132 SMs), two ping-pong groups a block whose first
-tiles are the split's tiles 0 and 1, 32 accumulator holders of 4 rows per column in a group's tile. A design input
-for issue 5's 4x goal, not a GPU measurement: it counts keys, not time.
+tiles are the split's tiles 0 and 1, 32 accumulator holders of 4 rows per column in a group's tile (4 consecutive
+rows here; the kernel's holder has rows g, g + 8, 64 + g and 72 + g of its warp's slice, which is the same for rows
+drawn independently). A design input for issue 5's 4x goal, not a GPU measurement: it counts keys, not time.
 
 Rules (each bar is backed by k keys at least as large, so every one keeps the answer exact):
 
