@@ -12,6 +12,8 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
   filtered-before   (with --before DIR) the same MERGE=6 config compiled from DIR's headers (laid out as
               csrc/kernels, holding only the files to replace: _common.kernel_variant), e.g. topk.cuh before the
               global bars, so that a kernel change is measured in one process against what it replaced
+  filtered-NAME     (with --variant NAME:MACRO=VALUE[,MACRO=VALUE...], repeatable) the same MERGE=6 config compiled
+              with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh)
 
 Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search
@@ -19,7 +21,7 @@ appended (mean and largest; the select reads those), and at 50K / 100 the fused,
 kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
 (environment fingerprint inside); a short table last. About 3 minutes on an H100.
 
-    python3 benchmarks/similarity_filtered.py [--quick] [--tag h100] [--before DIR]
+    python3 benchmarks/similarity_filtered.py [--quick] [--tag h100] [--before DIR] [--variant NAME:M=V ...]
 
 The before directory of the global bars' A/B (results/similarity_filtered_h100_gbar.json):
 
@@ -48,7 +50,8 @@ SHAPES = [(100, 50_000, "float16"), (100, 10_000, "float16"), (100, 25_000, "flo
 QUICK_SHAPES = [(100, 50_000, "float16"), (1, 50_000, "float16"), (100, 50_000, "float32")]
 
 
-def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None) -> dict:
+def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
+             defined: dict[str, dict[str, str]] | None = None) -> dict:
     from tunelab.ops import similarity as sim
     from tunelab.tuning.family import next_pow2
 
@@ -60,7 +63,20 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None) -> d
     if before is not None:
         with kernel_variant(headers=before):
             out["filtered-before"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
+    for name, defines in (defined or {}).items():
+        with kernel_variant(defines=defines):
+            out[f"filtered-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
     return out
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME:MACRO=VALUE[,MACRO=VALUE...]`` (--variant) -> (NAME, {MACRO: VALUE})."""
+    name, sep, rest = text.partition(":")
+    pairs = [p.partition("=") for p in rest.split(",") if p]
+    if not name or not sep or not pairs or any(not k or not eq or not v for k, eq, v in pairs):
+        raise argparse.ArgumentTypeError(
+            f"--variant {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. nowait:TUNELAB_SIM_FILTER_WAIT_NS=0")
+    return name, {k: v for k, _, v in pairs}
 
 
 def candidates(prep: Prepared) -> dict:
@@ -81,7 +97,10 @@ def main() -> int:
     ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. h100)")
     ap.add_argument("--before", type=headers_dir(), default=None,
                     help="directory laid out as csrc/kernels with the headers of the 'filtered-before' arm")
+    ap.add_argument("--variant", type=parse_variant, action="append", default=[], metavar="NAME:MACRO=VALUE,...",
+                    help="a 'filtered-NAME' arm compiled with these macros defined (repeatable)")
     args = ap.parse_args()
+    defined = dict(args.variant)
     import torch
 
     from tunelab.tuning.families.similarity import torch_topk
@@ -90,9 +109,10 @@ def main() -> int:
     rows = []
     for nq, n, dtype in (QUICK_SHAPES if args.quick else SHAPES):
         q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=n + nq)
-        fns = variants(nq, n, dtype, q, c, args.before)
+        fns = variants(nq, n, dtype, q, c, args.before, defined)
         cand = candidates(fns["filtered"])
         cand_before = candidates(fns["filtered-before"]) if args.before else None
+        cand_variants = {name: candidates(fns[f"filtered-{name}"]) for name in defined}
         for f in fns.values():
             f()
         torch.cuda.synchronize()
@@ -103,6 +123,7 @@ def main() -> int:
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
                "filtered_equals_dense": same, "candidates_per_query": cand,
                **({"candidates_per_query_before": cand_before} if cand_before else {}),
+               **({"candidates_per_query_variants": cand_variants} if cand_variants else {}),
                "variants": variant_rows(samples, fns, "dense")}
         if (nq, n, dtype) == (100, 50_000, "float16"):
             row["kernels_alone"] = {k: kernels_alone(fns[k]) for k in fns if k != "torch"}
@@ -111,9 +132,11 @@ def main() -> int:
         torch.cuda.empty_cache()
     path = write_result("similarity_filtered", {"quick": args.quick, "sm_mhz_after_warmup": clock,
                                                            "before": str(args.before) if args.before else None,
+                                                           "variants_defined": defined,
                                                            "rows": rows}, args.tag)
     print(f"wrote {path}")
-    arms = ("torch", "fused", "dense", "filtered") + (("filtered-before",) if args.before else ())
+    arms = (("torch", "fused", "dense", "filtered") + (("filtered-before",) if args.before else ())
+            + tuple(f"filtered-{name}" for name in defined))
     print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")
     for r in rows:
         cells = []
@@ -124,8 +147,9 @@ def main() -> int:
         gain = r["variants"]["filtered"]["speedup_vs_dense"]
         ok = "" if r["filtered_equals_dense"] else "  MISMATCH"
         before = r.get("candidates_per_query_before")
+        others = "".join(f" ({v['mean']:.0f} {name})" for name, v in r.get("candidates_per_query_variants", {}).items())
         print(f"{r['nq']:>4} {r['n']:>7} {r['dtype']:>8} {r['candidates_per_query']['mean']:7.0f}"
-              + (f" ({before['mean']:.0f} before)" if before else "") + "  " +
+              + (f" ({before['mean']:.0f} before)" if before else "") + others + "  " +
               "  ".join(cells) + f"  {gain['estimate']:.3f} [{gain['ci95'][0]:.3f}, {gain['ci95'][1]:.3f}]" + ok)
     for r in rows:
         if "kernels_alone" in r:

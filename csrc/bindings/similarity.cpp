@@ -98,6 +98,7 @@ void bind_similarity(py::module_& m) {
         s.attr("MERGE_DENSE") = static_cast<int>(ts::kMergeDense);  // the search's MERGE value that writes the keys
         s.attr("MERGE_FILTERED") = static_cast<int>(ts::kMergeFiltered);  // ... that writes the keys that reach a bar
         s.attr("SELECT_MAX_K") = static_cast<int>(ts::kSelectMaxK);
+        s.attr("FILTER_WORDS") = static_cast<int>(ts::kFilterWords);  // MERGE=6's global words per query
         // the diagnosis build's timeline slots (params.cuh), for benchmarks/similarity_probe.py --trace
         py::dict slots;
         for (auto [name, v] : {std::pair{"slots", ts::kTraceSlots}, {"entry", ts::kTraceEntry},

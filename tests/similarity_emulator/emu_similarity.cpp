@@ -233,13 +233,14 @@ int main(int argc, char** argv) {
     emu::register_global(mat.data(), mat.size() * sizeof(float));
     if (Tr::kFiltered) {
       emu::register_global(mat_idx.data(), mat_idx.size() * sizeof(int));
-      // the queries' global bars (a word of cand_key after the segments) start at no bar: on the GPU every block
+      // the queries' global words (cand_key after the segments, kFilterWords) start at no bar: on the GPU every block
       // resets its queries' words at its start, before any block raises one; the shim's reset does nothing, since
       // the emulator runs the blocks one after another (shim/similarity/ptx.cuh)
-      for (int q = 0; q < nq; ++q) {
-        const unsigned none = 0u;
-        std::memcpy(&mat[static_cast<size_t>(q) * ld + static_cast<size_t>(splits) * seg_rows], &none, 4);
-      }
+      for (int q = 0; q < nq; ++q)
+        for (int w = 0; w < kFilterWords; ++w) {
+          const unsigned none = 0u;
+          std::memcpy(&mat[static_cast<size_t>(q) * ld + static_cast<size_t>(splits) * seg_rows + w], &none, 4);
+        }
     }
     SearchParams sp{};
     sp.queries = Q.bytes.data();

@@ -114,10 +114,11 @@ TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDens
 // with the key's row; the count of segment s goes to the row's cand_idx at offset splits * R + s
 // (topk_filter_ld()). The bar: each tile group's first tile bounds each query column by the k-th largest of its
 // holders' maxima (k keys of that tile are at least as large, and that group appends them) and raises the query's
-// global bar (a word of cand_key at the same offset splits * R, atomic max) to it; every tile filters by the largest
-// of its block's two groups' bounds and the global bar (TopkBlock::filter_bound_pass() says why the answer stays
-// exact, ties included). No state outlives the launch: every block resets its queries' global bars at its start,
-// and the select kernel reads the counts the search wrote.
+// global bar (a word of cand_key at the same offset splits * R, atomic max) to it, and one of k words of the first
+// tiles' maxima after it (kFilterWords); every tile filters by the largest of its block's two groups' bounds, the
+// global bar and the smallest of the k words once all are raised (TopkBlock::filter_bound_pass() says why the answer
+// stays exact, ties included). No state outlives the launch: every block resets its queries' global words at its
+// start, and the select kernel reads the counts the search wrote.
 constexpr int kMergeFiltered = 6;
 TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeFiltered; }
 // MERGE 5 and 6: no running top-k in the search (the select kernel after it takes the k best).
@@ -137,10 +138,25 @@ constexpr int kDenseLdAlign = 4;
 TUNELAB_SIM_HD constexpr long long topk_dense_ld(long long n) {
   return (n + kDenseLdAlign - 1) / kDenseLdAlign * kDenseLdAlign;
 }
+// MERGE=6's global words per query, in cand_key after the segments (TopkBlock::global_bar()): the bar of the
+// groups' bounds, k <= 32 words of the first tiles' maxima, and the count of first tiles that raised them.
+constexpr int kFilterWords = 34;
+// With ping-pong, a group's first tile waits for the launch's other first tiles' words (TopkBlock::filter_wait_words):
+// until this percent of them have raised theirs, or this many nanoseconds have passed (0: no wait), reading their
+// count every ~POLL_NS. Macros for an experiment (benchmarks/similarity_filtered.py --defines).
+#ifndef TUNELAB_SIM_FILTER_WAIT_NS
+#define TUNELAB_SIM_FILTER_WAIT_NS 4000
+#endif
+#ifndef TUNELAB_SIM_FILTER_WAIT_PCT
+#define TUNELAB_SIM_FILTER_WAIT_PCT 50
+#endif
+#ifndef TUNELAB_SIM_FILTER_POLL_NS
+#define TUNELAB_SIM_FILTER_POLL_NS 256
+#endif
 // Row stride of MERGE=6's candidate rows (cand_key and cand_idx) for `splits` segments of `seg_rows` entries:
-// the segments, then (in cand_idx) their counts, rounded up like topk_dense_ld().
+// the segments, then (in cand_idx) their counts and (in cand_key) the global words, rounded up like topk_dense_ld().
 TUNELAB_SIM_HD constexpr long long topk_filter_ld(long long splits, long long seg_rows) {
-  return topk_dense_ld(splits * seg_rows + splits);
+  return topk_dense_ld(splits * seg_rows + (splits > kFilterWords ? splits : kFilterWords));
 }
 // Splits of a search over `tiles` corpus tiles, `per` a split, with clusters of `cluster` blocks along the splits:
 // no empty split but the last cluster's (the launcher's topk_plan(), and its MERGE=6 check of the rows).

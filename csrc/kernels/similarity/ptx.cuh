@@ -101,13 +101,28 @@ __device__ __forceinline__ unsigned global_bar_load(const unsigned* a) {
 __device__ __forceinline__ void global_bar_reset(unsigned* a) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a), "r"(0u) : "memory");
 }
-
 // %globaltimer: nanoseconds, comparable across SMs (the diagnosis builds' timelines: topk.cuh trace(), select.cuh).
 __device__ __forceinline__ unsigned long long globaltimer_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+
+// MERGE=6's count of the first tiles that raised a block row's tile-maximum words (TopkBlock::filter_wait_words()):
+// one thread of a group adds its tile after a group barrier behind the group's raises (release), one thread of a
+// waiting group reads it (acquire), then its group's barrier. A reader that sees a word before a raise only filters
+// by a lower bar, so the answer never depends on this order; the wait does.
+__device__ __forceinline__ void global_count_release_add(unsigned* a) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(a), "r"(1u) : "memory");
+}
+__device__ __forceinline__ unsigned global_count_acquire(const unsigned* a) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(a) : "memory");
+  return v;
+}
+// The bounded wait's clock and back-off.
+__device__ __forceinline__ unsigned long long spin_clock_ns() { return globaltimer_ns(); }
+__device__ __forceinline__ void spin_pause_ns(unsigned ns) { __nanosleep(ns); }
 
 __device__ __forceinline__ unsigned ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 __device__ __forceinline__ float shfl_xor_f(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }

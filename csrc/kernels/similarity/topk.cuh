@@ -1203,6 +1203,10 @@ struct TopkBlock {
     return reinterpret_cast<unsigned*>(p.cand_key) + static_cast<long long>(q0 + c) * p.dense_ld +
            static_cast<long long>(gridDim.y) * p.tiles_per_split * BN;
   }
+  // Query q0 + c's tile-maximum word j < k (k <= 32), and the block row's count of the first tiles that raised
+  // theirs (the last of its first query's kFilterWords).
+  __device__ __forceinline__ unsigned* tile_max_word(int c, int j) const { return global_bar(c) + 1 + j; }
+  __device__ __forceinline__ unsigned* tile_max_count() const { return global_bar(0) + kFilterWords - 1; }
   __device__ __forceinline__ bool global_bar_usable(int c) const {
     if (q0 + c >= p.nq) return false;
     if constexpr (kTrace) {
@@ -1233,16 +1237,23 @@ struct TopkBlock {
   // (filter_reset_global_bars()), before it reads them, so a word never holds another launch's bar; a block that
   // starts after another raised a word only lowers it to no bar, which the argument above allows.
   //
-  // Measured and reverted (8fc0e74): k more words per query, each raised by every k-th first tile of the launch to
-  // its largest key of the column (their smallest is a bar once all are raised: k distinct rows reach it), and with
-  // ping-pong each group's first tile waiting up to 4 us for as many raises as blocks, every thread of the group
-  // polling its columns' raise count in L2 back to back. On the H200 at 50K / 100 (benchmarks/similarity_filtered.py
-  // --quick --before, results/similarity_filtered_words.json) the candidates fell to 100 a query (56 to 169) from
-  // 1,633, as benchmarks/similarity_bar_model.py predicts, and the select alone to 9.5 from 10.9 us, but the search
-  // alone took 72.5 against 38.4 us (the pair 78.9 against 46.1; one query 34.4 against 34.0). Not diagnosed (the
-  // device time was spent): the suspect is the polling, 104 threads of each of 262 groups on 100 hot words. To try
-  // next: one polling thread per group with a back-off (__nanosleep) and the group at a barrier, or no wait at all
-  // (only tiles after the first would take the words).
+  // Tile-maximum words: the group also raises one of the query's k words to its largest key of the column: word
+  // (split + group * (k / 2)) mod k, so that the launch's group-0 first tiles alone raise every word, and so do its
+  // group-1 ones. Each word is then a key of its own tiles' rows, so the smallest of the k words, once all are
+  // raised, has k distinct keys at least as large and bounds the answer like any bound above (a tile filters by it,
+  // ties pass; a word not raised yet reads 0, no bar). Over the benchmark's Gaussian draw at 50K / 100 that bar lets
+  // ~40 keys a query through where the largest bound lets ~1,550 (benchmarks/similarity_bar_model.py), but only if
+  // the first tiles filter by it too, and they are most of the tiles (3 a split at 50K, 2 of them first). So with
+  // ping-pong a group's first tile waits (filter_wait_words()) until half the launch's first tiles have counted
+  // their raises, or kFilterWaitNs have passed: one thread of the group polls the block row's count with a
+  // back-off while the rest of the group waits at its barrier, and the other group multiplies meanwhile (a lone
+  // group does not wait: it would stall its block's stream).
+  //
+  // Measured and reverted before (8fc0e74): the same words with every thread of a first tile polling its columns'
+  // counts back to back (104 threads of each of 262 groups on 100 hot words of L2), and the word of a first tile
+  // (split * 2 + group) mod k, which the group-0 tiles the wait counts raised only the even words of. On the H200
+  // at 50K / 100 (results/similarity_filtered_words.json) the candidates fell to 100 a query from 1,633, but the
+  // search alone took 72.5 against 38.4 us.
   __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
@@ -1251,13 +1262,46 @@ struct TopkBlock {
                     sts(filter_bound(c), b);
                     if (b > -f32_inf() && global_bar_usable(c)) global_bar_raise(global_bar(c), ordered_bits(b));
                   });
-    block_sync();  // every warp of the group filters by the bounds
+    const int word = (static_cast<int>(blockIdx.y) + grp * (p.k >> 1)) % p.k;
+    for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
+      if (!global_bar_usable(c)) continue;
+      float m = -f32_inf();
+      for (int h = 0; h < HOLDERS; ++h) m = fmaxf(m, lds(filter_maxima(c) + h));
+      if (m > -f32_inf()) global_bar_raise(tile_max_word(c, word), ordered_bits(m));
+    }
+    block_sync();  // every warp of the group filters by the bounds, and has raised its words
+    if (gtid == 0 && global_bar_usable(0)) global_count_release_add(tile_max_count());
+  }
+  // A group's first tile, with ping-pong: one thread waits until the launch's first tiles that counted their raises
+  // reach kFilterWaitPct percent, or kFilterWaitNs have passed, reading the count every kFilterPollNs or so; the
+  // group waits for it at its barrier.
+  static constexpr unsigned long long kFilterWaitNs = TUNELAB_SIM_FILTER_WAIT_NS;
+  static constexpr unsigned kFilterWaitPct = TUNELAB_SIM_FILTER_WAIT_PCT;
+  static constexpr unsigned kFilterPollNs = TUNELAB_SIM_FILTER_POLL_NS;
+  __device__ __forceinline__ void filter_wait_words() const {
+    if (gtid == 0 && global_bar_usable(0)) {
+      const unsigned need = (gridDim.y * Tr::kGroups * kFilterWaitPct + 99u) / 100u;
+      const unsigned long long t0 = spin_clock_ns();
+      while (global_count_acquire(tile_max_count()) < need && spin_clock_ns() - t0 < kFilterWaitNs)
+        spin_pause_ns(kFilterPollNs);
+    }
+    block_sync();
+  }
+  // The smallest of query q0 + c's k tile-maximum words: -inf while one is not raised (it reads 0).
+  __device__ __forceinline__ float tile_max_bar(int c) const {
+    unsigned m = 0xffffffffu;
+    for (int j = 0; j < p.k; ++j) {
+      const unsigned v = global_bar_load(tile_max_word(c, j));
+      m = v < m ? v : m;
+    }
+    return ordered_float(m);
   }
   // MERGE=6, at the block's start (group 0's threads, before the barrier that publishes the filter region's
   // initialization): no global bar yet for the block's queries.
   __device__ __forceinline__ void filter_reset_global_bars() const {
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads)
-      if (global_bar_usable(c)) global_bar_reset(global_bar(c));
+      if (global_bar_usable(c))
+        for (int w = 0; w < kFilterWords; ++w) global_bar_reset(global_bar(c) + w);
   }
   // MERGE=6, every tile: the bar of each query column for this tile, the largest of the group's bound, the other
   // group's (ping-pong: as this group reads it, -inf until that group sets it) and the query's global bar, one
@@ -1265,11 +1309,14 @@ struct TopkBlock {
   // global bars at the end of its previous tile instead (no load or barrier here) measured worse on an H100 at
   // 50K / 100 (results/similarity_filtered_h100_gbar_prefetch.json against similarity_filtered_h100_gbar.json):
   // those bars are older, 3,195 candidates a query against 1,668, and the pair took 57.7 against 53.9 us.
-  __device__ __forceinline__ void filter_stage_bars(int tile) {
+  __device__ __forceinline__ void filter_stage_bars(int tile, bool first) {
+    if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0)
+      if (first) filter_wait_words();
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       float bar = lds(filter_bound(c));
       if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(c)));
-      if (global_bar_usable(c)) bar = fmaxf(bar, ordered_float(global_bar_load(global_bar(c))));
+      if (global_bar_usable(c))
+        bar = fmaxf(bar, fmaxf(ordered_float(global_bar_load(global_bar(c))), tile_max_bar(c)));
       sts(filter_bar(c, tile), bar);
     }
     block_sync();
@@ -1295,7 +1342,7 @@ struct TopkBlock {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
-    filter_stage_bars(tile);
+    filter_stage_bars(tile, first);
     constexpr int KEYS = 2 * MT;  // a thread's keys of one column
     unsigned bits[(NT * 2 * KEYS + 31) / 32];
 #pragma unroll

@@ -194,10 +194,11 @@ def filter_rows_bound(config: Mapping[str, Any], n: int) -> int:
     """Entries of a ``MERGE=6`` search's candidate row over ``n`` rows, at most, whatever the grid plan (which
     depends on the device: ``ops.similarity.filter_ld`` gives a plan's exact figure): the splits' segments cover
     the tiles and at most a split's tiles less one past them (never more than the tiles again), with clusters
-    CLUSTER - 1 empty splits' tiles more; then a count per split."""
+    CLUSTER - 1 empty splits' tiles more; then a count per split or the global words, whichever is more, rounded up
+    to 4."""
     bn, cl = int(config["BLOCK_N"]), int(config.get("CLUSTER", 1))
     tiles = -(-int(n) // bn)
-    return (1 + cl) * tiles * bn + tiles + cl
+    return (1 + cl) * tiles * bn + max(tiles + cl, int(_ops()._S.FILTER_WORDS)) + 3
 
 
 def merge_choices(problem: Any) -> list[int]:

@@ -50,6 +50,15 @@ inline void store_key(float* a, float v, unsigned long long) { *a = v; }
 inline void global_bar_raise(unsigned* a, unsigned v) { *a = *a > v ? *a : v; }
 inline unsigned global_bar_load(const unsigned* a) { return *a; }
 inline void global_bar_reset(unsigned*) {}
+inline void global_count_release_add(unsigned* a) { *a += 1u; }
+inline unsigned global_count_acquire(const unsigned* a) { return *a; }
+inline void spin_pause_ns(unsigned) {}
+// A clock that advances 1 us a read: a bounded wait for other blocks' words gives up after a few reads (the blocks
+// run one after another, so the ones still to run never raise theirs during it).
+inline unsigned long long spin_clock_ns() {
+  static unsigned long long t = 0;
+  return t += 1000;
+}
 
 // cvt.rna.tf32.f32: round the magnitude to 10 mantissa bits, ties away from zero.
 inline unsigned to_tf32(float x) {
