@@ -568,7 +568,7 @@ def test_trace_slots_do_not_overlap():
 def test_filtered_rows_bound_and_select_only():
     """MERGE=6's candidate rows: the tuner's device-free bound (filter_rows_bound) holds every grid plan's row
     stride (filter_ld) over random tile sizes, clusters, sizes and wave targets; filter_ld is the segments, then a
-    count per split or the 34 global words (params.cuh kFilterWords), whichever is more, rounded up to 4; the rows go
+    count per split or the 36 global words (params.cuh kFilterWords), whichever is more, rounded up to 4; the rows go
     to the select kernel only (merge_args refuses another kind)."""
     torch = pytest.importorskip("torch")
     from tunelab.ops import similarity as sim
@@ -582,8 +582,8 @@ def test_filtered_rows_bound_and_select_only():
         plan = dict(S.topk_plan(cfg, nq, n, rng.randint(1, 600), rng.choice([0, cfg["CLUSTER"], 1024])))
         ld = sim.filter_ld(plan, cfg)
         rows = plan["tiles_per_split"] * cfg["BLOCK_N"]
-        assert sim.filter_rows(plan, cfg) == rows and S.FILTER_WORDS == 34
-        assert ld == -(-(plan["splits"] * rows + max(plan["splits"], 34)) // 4) * 4
+        assert sim.filter_rows(plan, cfg) == rows and S.FILTER_WORDS == 36
+        assert ld == -(-(plan["splits"] * rows + max(plan["splits"], 36)) // 4) * 4
         assert plan["splits"] * rows >= n and ld <= filter_rows_bound(cfg, n), (cfg, n, plan)
     comp = sim.compile_search(dict(base, MERGE=6), dtype="float16", arch="sm_90")
     plan = dict(S.topk_plan(comp.config, 4, 1000, 8, 0))
@@ -616,10 +616,10 @@ def test_pack_layout_roundtrip():
         with pytest.raises(InputError, match=match):
             S.topk_pack(dcfg, 0, 0x1000, 0x2000, bad_key, 0, 776, 768, base, 100, 5000, 768, 10, 40, 3, 0, bad_ld)
     # MERGE=6: the candidate rows (keys and indices): 14 splits of 3 tiles, a segment of 3 x BLOCK_N entries each,
-    # then the 14 counts (cand_idx) and the 34 global words (cand_key): room for the words
+    # then the 14 counts (cand_idx) and the 36 global words (cand_key): room for the words
     fcfg = _cfg(BLOCK_Q=32, MERGE=6)
     fld = S.filter_ld(14, 3 * fcfg["BLOCK_N"])
-    assert fld == -(-(14 * 3 * fcfg["BLOCK_N"] + 34) // 4) * 4 and S.filter_ld(40, 384) == 40 * 384 + 40
+    assert fld == -(-(14 * 3 * fcfg["BLOCK_N"] + 36) // 4) * 4 and S.filter_ld(40, 384) == 40 * 384 + 40
     fb = S.topk_pack(fcfg, 0, 0x1000, 0x2000, 0x3000, 0x5000, 776, 768, 0, 100, 5000, 768, 10, 40, 3, 0, fld)
     assert struct.unpack(layout, fb[256:344])[3] == 0x5000
     for ci, ld, match in ((0, fld, "cand_idx"), (0x5000, 5004, f"at least {fld}.*14 segments")):

@@ -138,12 +138,14 @@ constexpr int kDenseLdAlign = 4;
 TUNELAB_SIM_HD constexpr long long topk_dense_ld(long long n) {
   return (n + kDenseLdAlign - 1) / kDenseLdAlign * kDenseLdAlign;
 }
-// MERGE=6's global words per query, in cand_key after the segments (TopkBlock::global_bar()): the bar of the
-// groups' bounds, k <= 32 words of the first tiles' maxima, and the count of first tiles that raised them.
-constexpr int kFilterWords = 34;
+// MERGE=6's global words per query, in cand_key after the segments (TopkBlock::global_bar(), 16-byte aligned): the
+// bar of the groups' bounds, the count of first tiles that raised their maxima (the block row's first query's), two
+// unused, then k <= 32 words of the first tiles' maxima (read and reset 4 at a time).
+constexpr int kFilterWords = 36;
+constexpr int kFilterTileWord0 = 4;
 // With ping-pong, a group's first tile waits for the launch's other first tiles' words (TopkBlock::filter_wait_words):
 // until this percent of them have raised theirs, or this many nanoseconds have passed (0: no wait), reading their
-// count every ~POLL_NS. Macros for an experiment (benchmarks/similarity_filtered.py --defines).
+// count every ~POLL_NS. Macros for an experiment (benchmarks/similarity_filtered.py --variant).
 #ifndef TUNELAB_SIM_FILTER_WAIT_NS
 #define TUNELAB_SIM_FILTER_WAIT_NS 4000
 #endif

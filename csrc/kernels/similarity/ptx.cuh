@@ -101,6 +101,18 @@ __device__ __forceinline__ unsigned global_bar_load(const unsigned* a) {
 __device__ __forceinline__ void global_bar_reset(unsigned* a) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a), "r"(0u) : "memory");
 }
+// 4 consecutive words (16-byte aligned) of MERGE=6's tile-maximum words: loaded and reset like the bars above.
+__device__ __forceinline__ uint4 global_words_load4(const unsigned* a) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(a)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void global_words_reset4(unsigned* a) {
+  asm volatile("st.relaxed.gpu.global.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"l"(a), "r"(0u) : "memory");
+}
 // %globaltimer: nanoseconds, comparable across SMs (the diagnosis builds' timelines: topk.cuh trace(), select.cuh).
 __device__ __forceinline__ unsigned long long globaltimer_ns() {
   unsigned long long t;

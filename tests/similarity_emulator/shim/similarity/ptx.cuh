@@ -50,6 +50,11 @@ inline void store_key(float* a, float v, unsigned long long) { *a = v; }
 inline void global_bar_raise(unsigned* a, unsigned v) { *a = *a > v ? *a : v; }
 inline unsigned global_bar_load(const unsigned* a) { return *a; }
 inline void global_bar_reset(unsigned*) {}
+inline uint4 global_words_load4(const unsigned* a) {
+  if (reinterpret_cast<uintptr_t>(a) % 16) emu::fail("global_words_load4: address %p is not 16-byte aligned", a);
+  return uint4{a[0], a[1], a[2], a[3]};
+}
+inline void global_words_reset4(unsigned*) {}
 inline void global_count_release_add(unsigned* a) { *a += 1u; }
 inline unsigned global_count_acquire(const unsigned* a) { return *a; }
 inline void spin_pause_ns(unsigned) {}
