@@ -451,7 +451,9 @@ def test_merge_kind_rule():
     assert S.merge_kind(10, 1310, False) == 2 and S.merge_kind(300, 1310, False) == 3
     assert S.merge_threads(4) == 32
     # from params.cuh, through the binding
-    assert _sim().MERGE_KINDS == (0, 1, 2, 3, 4, 5) and _sim().MERGE_SORTED == 4 and _sim().MERGE_SELECT == 5
+    assert _sim().MERGE_KINDS == (0, 1, 2, 3, 4, 5, 6) and _sim().MERGE_SORTED == 4 and _sim().MERGE_SELECT == 5
+    assert _sim().MERGE_FILTER_SELECT == 6 and S.merge_threads(6) == 32 and S.merge_smem_bytes(6, 32) == 64 * 8 + 16
+    assert S.merge_name_expression(1, 0, 6) == "tunelab::sim::similarity_select_filtered<1, 0>"
     assert S.merge_smem_bytes(4, 10) == S.merge_smem_bytes(4, 32) == 64 * 8 + 256 * 4 + 16
     assert S.merge_name_expression(0, 2, 4) == "tunelab::sim::similarity_merge_sorted<0, 2>"
     with pytest.raises(ConfigError, match="takes k <= 32; k=33"):
@@ -552,6 +554,8 @@ def test_dense_configs_compile_without_spills():
             assert cs.resources.spills == 0 and cs.resources.stack_bytes == 0, (cfg, metric, arch)
             sel = cs.merge_resources(sim.MERGE_SELECT)
             assert sel.spills == 0 and sel.registers <= 64, (metric, arch, sel.to_dict())
+            fsel = cs.merge_resources(sim.MERGE_FILTER_SELECT)
+            assert fsel.spills == 0 and fsel.stack_bytes == 0, (metric, arch, fsel.to_dict())
 
 
 def test_trace_slots_do_not_overlap():
@@ -569,7 +573,7 @@ def test_filtered_rows_bound_and_select_only():
     """MERGE=6's candidate rows: the tuner's device-free bound (filter_rows_bound) holds every grid plan's row
     stride (filter_ld) over random tile sizes, clusters, sizes and wave targets; filter_ld is the segments, then a
     count per split or the 36 global words (params.cuh kFilterWords), whichever is more, rounded up to 4; the rows go
-    to the select kernel only (merge_args refuses another kind)."""
+    to the filtered select only, and it reads nothing else (merge_args refuses either mix)."""
     torch = pytest.importorskip("torch")
     from tunelab.ops import similarity as sim
     from tunelab.tuning.families.similarity import filter_rows_bound
@@ -591,10 +595,13 @@ def test_filtered_rows_bound_and_select_only():
     assert ck.shape == ci.shape == (4, sim.filter_ld(plan, comp.config)) and ci.dtype == torch.int32
     q = torch.zeros((4, 768), dtype=torch.float16)
     dense = (sim.filter_rows(plan, comp.config), 0, ck.stride(0))
-    with pytest.raises(ConfigError, match="filtered_rows .* kind=0"):
-        comp.merge_args(ck, ci, q, 10, plan["splits"], dense=dense, kind=0, filtered_rows=True)
+    for bad in (0, sim.MERGE_SELECT):
+        with pytest.raises(ConfigError, match=f"filtered_rows .* got kind={bad}"):
+            comp.merge_args(ck, ci, q, 10, plan["splits"], dense=dense, kind=bad, filtered_rows=True)
+    with pytest.raises(ConfigError, match="got kind=6, filtered_rows=False"):
+        comp.merge_args(ck, ci, q, 10, plan["splits"], dense=dense, kind=sim.MERGE_FILTER_SELECT)
     *_, kind = comp.merge_args(ck, ci, q, 10, plan["splits"], dense=dense, filtered_rows=True)
-    assert kind == sim.MERGE_SELECT
+    assert kind == sim.MERGE_FILTER_SELECT
 
 
 def test_pack_layout_roundtrip():

@@ -406,7 +406,7 @@ long long merge_smem_bytes(int kind, int k) {
     if (cap > 0 && k > cap)
         throw ConfigError("merge kind " + std::to_string(kind) + " takes k <= " + std::to_string(cap) + "; k=" +
                           std::to_string(k) + " needs kind " +
-                          (k <= 32 ? "1, 2, 3, (sorted lists) 4 or (dense rows) 5" : "2 or 3") +
+                          (k <= 32 ? "1, 2, 3, (sorted lists) 4, (dense rows) 5 or (filtered rows) 6" : "2 or 3") +
                           ": pass no kind to let merge_kind() choose");
     return tunelab::sim::merge_smem_bytes(kind, k);
 }
@@ -417,6 +417,9 @@ std::string merge_name_expression(int dtype, int metric, int kind) {
     check_merge_kind(kind);
     if (kind == tunelab::sim::kMergeSelect)
         return "tunelab::sim::similarity_select<" + std::to_string(dtype) + ", " + std::to_string(metric) + ">";
+    if (kind == tunelab::sim::kMergeFilterSelect)
+        return "tunelab::sim::similarity_select_filtered<" + std::to_string(dtype) + ", " + std::to_string(metric) +
+               ">";
     const std::string args = std::to_string(dtype) + ", " + std::to_string(metric) + ", ";
     if (kind == tunelab::sim::kMergeSorted)
         return "tunelab::sim::similarity_merge_sorted<" + std::to_string(dtype) + ", " + std::to_string(metric) + ">";
@@ -453,10 +456,6 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
         if (implicit_index)
             throw InputError("filtered_rows (the candidate rows of a MERGE=6 search) have explicit indices: pass "
                              "cand_idx and implicit_index=False");
-        if (num_lists > tunelab::sim::kSelectWindow)
-            throw InputError("filtered_rows: num_lists=" + std::to_string(num_lists) + " segments (the search's "
-                             "splits) exceed the " + std::to_string(tunelab::sim::kSelectWindow) +
-                             " counts the select kernel holds: plan the search with fewer splits");
         const long long need = tunelab::sim::topk_filter_ld(num_lists, list_len);
         if (query_stride < need || need > INT_MAX)
             throw InputError("filtered_rows: query_stride=" + std::to_string(query_stride) + " must be at least " +

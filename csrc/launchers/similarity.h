@@ -83,8 +83,8 @@ std::string merge_name_expression(int dtype, int metric, int kind);
 // list_stride = nq * k, query_stride = k); otherwise lists of list_len entries at the given strides (a dense
 // score matrix), with implicit indices when implicit_index (cand_idx may then be 0). filtered_rows: the select
 // kernel after a MERGE=6 search (per query num_lists segments of list_len entries with explicit indices, then
-// their counts in cand_idx: query_stride >= topk_filter_ld(num_lists, list_len)). The select kernel reads a row
-// with explicit indices as such rows: launch it (kMergeSelect) only with implicit_index or filtered_rows.
+// their counts in cand_idx: query_stride >= topk_filter_ld(num_lists, list_len)), for kMergeFilterSelect; the
+// dense select (kMergeSelect) takes implicit_index rows.
 std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx, unsigned long long queries,
                        long long q_stride, unsigned long long out_key, unsigned long long out_idx,
                        unsigned long long out_score, unsigned long long out_index, long long nq, long long d,

@@ -25,6 +25,7 @@
 #include "similarity/topk.cuh"
 #include "similarity/merge_sorted.cuh"
 #include "similarity/select.cuh"
+#include "similarity/select_filtered.cuh"
 
 namespace tunelab {
 namespace sim {
@@ -267,9 +268,12 @@ int main(int argc, char** argv) {
       mp = dense_merge_params(mat.data(), splits, seg_rows, 0, ld);
       mp.cand_idx = mat_idx.data();
       mp.implicit_index = 0;
+      emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, 32, static_cast<int>(merge_smem_bytes(kMergeFilterSelect, k)),
+                  [&] { similarity_select_filtered<DT, METRIC>(mp); });
+    } else {
+      emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, kSelectThreads,
+                  static_cast<int>(merge_smem_bytes(kMergeSelect, k)), [&] { similarity_select<DT, METRIC>(mp); });
     }
-    emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, kSelectThreads,
-                static_cast<int>(merge_smem_bytes(kMergeSelect, k)), [&] { similarity_select<DT, METRIC>(mp); });
   }
   for (int ch = 0; ch < (Tr::kNoLists ? 0 : chunks); ++ch) {
     const int r0 = ch * chunk_rows;

@@ -159,6 +159,7 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
             sts(bkey + lane, lds(bkey + 32 + lane));
             sts(bidx + lane, lds(bidx + 32 + lane));
           }
+          syncwarp();  // entries 32.. are read before the next entries overwrite them
           kept -= 32;
         }
       }

@@ -231,18 +231,21 @@ TUNELAB_SIM_HD constexpr long long topk_list_bytes(int merge, int threads, int b
 //   kMergeSelect (5)      one row of a dense key matrix per query (the search with MERGE=5: one list of N entries,
 //                         implicit indices) with k <= 32: a block of kSelectThreads threads bounds the row by its
 //                         threads' maxima and ranks the few entries that reach the bound (similarity_select,
-//                         select.cuh). merge_kind() never picks it: the dense search's caller asks for it. After a
-//                         MERGE=6 search (implicit_index 0) a row is the query's segments of appended candidates,
-//                         with explicit indices.
+//                         select.cuh). merge_kind() never picks it: the dense search's caller asks for it.
+//   kMergeFilterSelect (6) the candidate rows of a MERGE=6 search (a segment of appended keys per split, explicit
+//                         indices) with k <= 32: one warp per query keeps the entries that reach the search's bars
+//                         and merges them into a running top 32 (similarity_select_filtered, select_filtered.cuh).
+//                         merge_kind() never picks it either.
 enum : int {
   kMergeLists16 = 0,
   kMergeLists32 = 1,
   kMergeShared8 = 2,
   kMergeShared4 = 3,
   kMergeSorted = 4,
-  kMergeSelect = 5
+  kMergeSelect = 5,
+  kMergeFilterSelect = 6
 };
-constexpr int kMergeKinds = kMergeSelect + 1;  // kinds 0 .. kMergeKinds - 1 (kMergeSelect is the last)
+constexpr int kMergeKinds = kMergeFilterSelect + 1;  // kinds 0 .. kMergeKinds - 1
 // The select kernel: threads per block, the row entries it holds in shared memory (204 KiB: N = 50K fits; the
 // rest of a longer row is read from global memory twice), its queue and the largest k it takes.
 constexpr int kSelectThreads = 1024;
@@ -263,7 +266,7 @@ TUNELAB_SIM_HD constexpr int merge_kind(int k, long long candidates, bool sorted
                                                               : kMergeShared4;
 }
 TUNELAB_SIM_HD constexpr int merge_kind_warps(int kind) {
-  return kind == kMergeSorted    ? 1
+  return kind == kMergeSorted || kind == kMergeFilterSelect ? 1
          : kind == kMergeShared4 ? 4
          : kind == kMergeShared8 ? 8
          : kind == kMergeSelect  ? kSelectThreads / 32
@@ -275,7 +278,9 @@ TUNELAB_SIM_HD constexpr int merge_kind_capacity(int kind) {
 }
 // The largest k a merge kind takes (0: any k).
 TUNELAB_SIM_HD constexpr int merge_kind_max_k(int kind) {
-  return kind == kMergeSorted ? kMergeSortedMaxK : kind == kMergeSelect ? kSelectMaxK : merge_kind_capacity(kind);
+  return kind == kMergeSorted                                ? kMergeSortedMaxK
+         : kind == kMergeSelect || kind == kMergeFilterSelect ? kSelectMaxK
+                                                              : merge_kind_capacity(kind);
 }
 // Candidates each merge lane offers per consume() round (scratch list of 32 * kMergeR entries per warp).
 constexpr int kMergeR = 4;
@@ -286,11 +291,12 @@ constexpr int kSortedMergeKept = 64;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
 // (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; select: the window of the row, the
-// queue (8 bytes an entry) and the warps' largest and k-th largest maxima (32 each); all: 16 bytes for the queue
-// count, the bar and |q|^2.
+// queue (8 bytes an entry) and the warps' largest and k-th largest maxima (32 each); filtered select: 64 kept
+// entries; all: 16 bytes for the queue count, the bar and |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
   return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + 2 * 32 * 4LL + 16
          : kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
+         : kind == kMergeFilterSelect ? kSortedMergeKept * 8LL + 16
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;

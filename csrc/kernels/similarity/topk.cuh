@@ -1320,7 +1320,9 @@ struct TopkBlock {
   // thread per column; one load of L2 per column instead of one per holder of it. Each thread reading its columns'
   // global bars at the end of its previous tile instead (no load or barrier here) measured worse on an H100 at
   // 50K / 100 (results/similarity_filtered_h100_gbar_prefetch.json against similarity_filtered_h100_gbar.json):
-  // those bars are older, 3,195 candidates a query against 1,668, and the pair took 57.7 against 53.9 us.
+  // those bars are older, 3,195 candidates a query against 1,668, and the pair took 57.7 against 53.9 us. With the
+  // tile-maximum words a ping-pong group's later turns stage their bars before their main loops (the words are
+  // raised by then; the search loop calls this there), and only first tiles here, after their bound pass.
   __device__ __forceinline__ void filter_stage_bars(int tile, bool first) {
     if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0)
       if (first) filter_wait_words();
@@ -1350,11 +1352,11 @@ struct TopkBlock {
   // counts by shuffles and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0
   // and 5.9. With the global bars staged (filter_stage_bars()): 7.9 and 4.1
   // (results/similarity_probe_filtered_trace_gbar_h100.json), but 2.3x fewer candidates for the select.
-  __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile, bool first) {
+  __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile, bool first, bool bars_staged) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
-    filter_stage_bars(tile, first);
+    if (!bars_staged) filter_stage_bars(tile, first);
     constexpr int KEYS = 2 * MT;  // a thread's keys of one column
     unsigned bits[(NT * 2 * KEYS + 31) / 32];
 #pragma unroll
@@ -1417,8 +1419,9 @@ struct TopkBlock {
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
-  // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it).
-  __device__ __forceinline__ void epilogue(Mma& mma, int tile, bool first) {
+  // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it). `bars_staged`
+  // (MERGE=6): the tile's bars were staged before its main loop (filter_stage_bars()).
+  __device__ __forceinline__ void epilogue(Mma& mma, int tile, bool first, bool bars_staged = false) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
     // MMA 0 and 1 pass block barriers in every main-loop slice, so the previous tile's epilogue is over everywhere
@@ -1446,7 +1449,7 @@ struct TopkBlock {
       return;
     }
     if constexpr (Tr::kFiltered) {
-      filter_epilogue(mma, tile, first);
+      filter_epilogue(mma, tile, first, bars_staged);
       return;
     }
     if constexpr (Tr::kThreadLists) {
@@ -1794,6 +1797,10 @@ struct TopkBlock {
       int turn = 0;  // tiles this group has run
       for (int tile = tile_begin + grp; tile < tile_end;
            tile += Tr::kGroups, it += (Tr::kGroups - 1) * KT, ++turn) {
+        // MERGE=6: a later turn's bars are staged before its main loop, so that its epilogue reads no L2 (the
+        // last turn's is on the critical path); by then the launch's first tiles have raised the words.
+        if constexpr (Tr::kFiltered && Tr::kPingPong)
+          if (turn > 0) filter_stage_bars(tile, false);
         if constexpr (Tr::kPingPong) {
           if (grp == 1 || turn > 0) mbar::wait(order_bar(grp), (grp == 1 ? turn : turn - 1) & 1);
         }
@@ -1814,7 +1821,7 @@ struct TopkBlock {
         wg::fence_operands(mma.acc);
         release((it - 1) % Tr::kStages);
         trace_turn_event(1);
-        epilogue(mma, tile, turn == 0);
+        epilogue(mma, tile, turn == 0, Tr::kFiltered && Tr::kPingPong && turn > 0);
         trace_turn_event(3);
         mma.zero();
       }

@@ -90,6 +90,7 @@ MERGE_SORTED = int(_S.MERGE_SORTED)
 #: The merge kind that selects from the rows of the dense key matrix a MERGE=5 search writes (and from the candidate
 #: rows of a MERGE=6 search).
 MERGE_SELECT = int(_S.MERGE_SELECT)
+MERGE_FILTER_SELECT = int(_S.MERGE_FILTER_SELECT)
 #: The search's MERGE value that keeps no top-k and writes every key to a dense nq x N matrix (see
 #: :func:`default_config` for when it is chosen), and the largest k its select kernel takes.
 MERGE_DENSE = int(_S.MERGE_DENSE)
@@ -103,7 +104,7 @@ SELECT_MAX_K = int(_S.SELECT_MAX_K)
 WORKSPACE_CAP_BYTES = 256 << 20
 
 _SEARCH_SOURCE = ('#include "similarity/topk.cuh"\n#include "similarity/merge_sorted.cuh"\n'
-                  '#include "similarity/select.cuh"\n')
+                  '#include "similarity/select.cuh"\n#include "similarity/select_filtered.cuh"\n')
 _GRAM_SOURCE = '#include "similarity/gram.cuh"\n'
 
 
@@ -589,7 +590,7 @@ class CompiledSearch:
         return self._smem[k]
 
     def functions(self, device: int):
-        """(search, merge kinds 0 .. 5 in :data:`MERGE_KINDS` order) loaded on ``device`` (once per device)."""
+        """(search, merge kinds 0 .. 6 in :data:`MERGE_KINDS` order) loaded on ``device`` (once per device)."""
         return self._loaded.get(device)
 
     def merge_function(self, device: int, kind: int):
@@ -689,23 +690,26 @@ class CompiledSearch:
         instead of the search's candidate lists. ``kind`` forces a merge variant (:data:`MERGE_KINDS`; ConfigError
         when it takes no list of k, or for :data:`MERGE_SORTED` with ``dense``, whose rows are not sorted); default
         :func:`_S.merge_kind` of k, the candidates per query and whether the lists are the search's (sorted).
-        ``filtered_rows``: the select after a ``MERGE=6`` search (``dense`` = (rows per split, 0, row stride) and
-        ``num_lists`` the splits: each row is a segment per split with the explicit indices ``cand_idx``, then the
-        segments' counts)."""
+        ``filtered_rows``: the select after a ``MERGE=6`` search, :data:`MERGE_FILTER_SELECT` (``dense`` = (rows per
+        split, 0, row stride) and ``num_lists`` the splits: each row is a segment per split with the explicit
+        indices ``cand_idx``, then the segments' counts and the search's bar words)."""
         nq, d = queries.shape
         candidates = int(num_lists) * (dense[0] if dense else int(k))
         if kind is None:
-            kind = MERGE_SELECT if filtered_rows else int(_S.merge_kind(int(k), candidates, dense is None))
+            kind = MERGE_FILTER_SELECT if filtered_rows else int(_S.merge_kind(int(k), candidates, dense is None))
         kind = int(kind)
         if kind == MERGE_SORTED and dense is not None:
             raise ConfigError(f"merge kind {MERGE_SORTED} needs sorted lists; the rows of a dense score matrix are "
                               f"not: pass kind=None (or 0..3)")
-        if filtered_rows and kind != MERGE_SELECT:
-            raise ConfigError(f"filtered_rows (a MERGE=6 search's candidate rows) are read by the select kernel only "
-                              f"(kind={MERGE_SELECT}); got kind={kind}: pass kind=None with filtered_rows=True")
-        if kind == MERGE_SELECT and (dense is None or (int(num_lists) != 1 and not filtered_rows)):
+        if filtered_rows != (kind == MERGE_FILTER_SELECT):
+            raise ConfigError(f"filtered_rows (a MERGE=6 search's candidate rows) are read by the filtered select "
+                              f"only (kind={MERGE_FILTER_SELECT}), and it reads nothing else; got kind={kind}, "
+                              f"filtered_rows={filtered_rows}: pass kind=None")
+        if (kind == MERGE_FILTER_SELECT and dense is None) or (
+                kind == MERGE_SELECT and (dense is None or int(num_lists) != 1)):
             raise ConfigError(f"merge kind {MERGE_SELECT} (select) reads one dense row per query (dense=(N, 0, "
-                              f"row stride), num_lists=1) or a filtered search's rows (filtered_rows=True); got "
+                              f"row stride), num_lists=1) and kind {MERGE_FILTER_SELECT} a filtered search's rows "
+                              f"(dense=(rows per split, 0, row stride), filtered_rows=True); got kind={kind}, "
                               f"num_lists={num_lists}, dense={dense}: pass kind=None")
         smem = int(_S.merge_smem_bytes(kind, int(k)))  # checks that the kind holds k
         ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
@@ -734,7 +738,7 @@ class CompiledSearch:
         if self.filtered:
             return self.merge_args(cand_key, cand_idx, queries, k, plan["splits"], out_score=scores,
                                    out_index=indices, dense=(filter_rows(plan, self.config), 0, cand_key.stride(0)),
-                                   kind=MERGE_SELECT, filtered_rows=True)
+                                   kind=MERGE_FILTER_SELECT, filtered_rows=True)
         return self.merge_args(cand_key, cand_idx, queries, k, plan["splits"], out_score=scores, out_index=indices,
                                kind=kind)
 

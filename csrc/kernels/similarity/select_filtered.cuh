@@ -1,0 +1,146 @@
+// The top k of each query's candidate row after a MERGE=6 search (merge kind kMergeFilterSelect), k <= 32: one warp
+// per query.
+//
+// The filtered search appends to a query's row, per split, the keys that reach its bars (a segment of list_len
+// entries per split, the count of segment s at cand_idx[num_lists * list_len + s], the indices in cand_idx at the
+// keys' places; params.cuh topk_filtered()). With its tile-maximum words that is ~50 keys a query at 50K / 100,
+// spread over 131 segments, so the time past the search is the chain of dependent reads, not their volume:
+//
+//   1. The warp reads the query's bar words after the segments: the global bar and the k tile-maximum words
+//      (TopkBlock::global_bar()), in flight with step 2's first loads. B, the larger of the global bar and the
+//      smallest tile-maximum word (no bar while one reads 0), bounds the answer: k appended keys are at least as
+//      large (TopkBlock::filter_bound_pass() says why), so nothing below B is in the top k. The search has
+//      finished raising the words: this is the tightest bar it knew.
+//   2. Every lane reads the counts of segments lane, lane + 32, ... (32 x kFilterSelectSegs a round), loads the
+//      first kFilterSelectLoads entries of each of them at once (keys and indices: one more round trip), then the
+//      rest of any longer segment the same way, and keeps the entries >= B (ties pass: the tie rule decides among
+//      them) in shared memory; every 32 kept are sorted across the warp and merged into the running top 32
+//      (merge_sorted.cuh), whose k-th entry then raises B.
+//   3. Lane r < k writes entry r (missing entries, fewer than k keys that are not NaN: (-inf or +inf, -1)).
+//
+// The tie rule is the family's (better(): larger key, or equal with a smaller index). NaN keys never pass B.
+// Counts are clamped to the segment (0 .. list_len). Shared memory: merge_smem_bytes(kMergeFilterSelect, k) in
+// params.cuh: kSortedMergeKept kept entries (8 bytes each), 16 bytes for |q|^2.
+#pragma once
+
+#include "similarity/merge_sorted.cuh"  // warp_sort_pairs, warp_merge_sorted_pairs; MergeParams' helpers
+
+namespace tunelab {
+namespace sim {
+
+// Segments a lane takes per round (32 x this a round) and entries it loads from each before it filters them.
+constexpr int kFilterSelectSegs = 8;
+constexpr int kFilterSelectLoads = 2;
+
+template <int DTYPE, int METRIC>
+__global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_constant__ MergeParams p) {
+  constexpr int J = kFilterSelectSegs, U = kFilterSelectLoads, KEPT = kSortedMergeKept;
+  extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
+  float* bkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [KEPT] kept entries not yet merged
+  int* bidx = reinterpret_cast<int*>(bkey + KEPT);                   // [KEPT]
+  float* qnorm = reinterpret_cast<float*>(bidx + KEPT);
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int q = static_cast<int>(blockIdx.x);
+  const int k = p.k;  // the launcher keeps k <= 32 for this kind
+  const int segs = p.num_lists, seg_len = p.list_len;
+  const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
+  const int* row_idx = p.cand_idx + static_cast<long long>(q) * p.query_stride;
+  const long long after = static_cast<long long>(segs) * seg_len;  // the counts (cand_idx) and bar words (cand_key)
+
+  stash_query_norm2<DTYPE, METRIC>(p, q, true, lane, qnorm);  // the queries are the search's input, not its output
+  pdl_wait_prior_grid();  // a programmatic launch after the search: its rows are complete from here on
+
+  // 1. the bar: the global bar (every lane: one load) and the smallest of the k tile-maximum words (lane j < k the
+  // word j; 0: not raised, no bar)
+  const unsigned* words = reinterpret_cast<const unsigned*>(row + after);
+  const unsigned global = words[0];
+  unsigned smallest = lane < k ? words[kFilterTileWord0 + lane] : 0xffffffffu;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned other = shfl_xor_u(smallest, o);
+    smallest = other < smallest ? other : smallest;
+  }
+  float bound = fmaxf(ordered_float(global), ordered_float(smallest));
+
+  // 2. the entries >= the bar, U loads per segment at a time, J segments per lane a round
+  float rk = -f32_inf();  // running top 32, best first; empty: (-inf, INT_MAX), which every candidate beats
+  int ri = 0x7fffffff;
+  int kept = 0;  // entries in bkey / bidx (uniform over the warp)
+  auto merge_kept = [&](int count) {  // sorts bkey[0 .. count) (count <= 32) into the running list
+    syncwarp();
+    float ck = lane < count ? lds(bkey + lane) : -f32_inf();
+    int ci = lane < count ? lds(bidx + lane) : 0x7fffffff;
+    warp_sort_pairs(ck, ci, lane);
+    warp_merge_sorted_pairs(rk, ri, ck, ci, lane);
+    const float kth = shfl_f(rk, k - 1);
+    if (shfl_i(ri, k - 1) != 0x7fffffff) bound = fmaxf(bound, kth);  // the list holds k: nothing below enters
+  };
+  auto offer = [&](bool have, float key, int ix) {  // collective: every lane, one entry or none
+    const bool keep = have && key >= bound;  // false for NaN
+    const unsigned keep_mask = ballot(keep);
+    if (keep) {
+      const int at = kept + popc(keep_mask & lanemask_lt(lane));
+      sts(bkey + at, key);
+      sts(bidx + at, ix);
+    }
+    kept += popc(keep_mask);
+    if (kept >= 32) {
+      merge_kept(32);
+      syncwarp();  // every lane has read entries 0..31
+      if (lane < kept - 32) {
+        sts(bkey + lane, lds(bkey + 32 + lane));
+        sts(bidx + lane, lds(bidx + 32 + lane));
+      }
+      syncwarp();  // entries 32.. are read before the next entries overwrite them
+      kept -= 32;
+    }
+  };
+  for (int s0 = 0; s0 < segs; s0 += 32 * J) {
+    int cnt[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int s = s0 + 32 * j + lane;
+      const int c = s < segs ? row_idx[after + s] : 0;
+      cnt[j] = c < 0 ? 0 : c < seg_len ? c : seg_len;
+    }
+    float key[J][U] = {};
+    int ix[J][U] = {};
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < cnt[j]) {  // every load of the round in flight together
+          const long long e = static_cast<long long>(s0 + 32 * j + lane) * seg_len + u;
+          key[j][u] = row[e];
+          ix[j][u] = row_idx[e];
+        }
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u) offer(u < cnt[j], key[j][u], ix[j][u]);
+    // the rest of the longer segments, U entries of one segment per lane at a time
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const long long e0 = static_cast<long long>(s0 + 32 * j + lane) * seg_len;
+      for (int o = U; __any_sync(0xffffffffu, o < cnt[j]); o += U) {
+        float v[U] = {};
+        int vi[U] = {};
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (o + u < cnt[j]) v[u] = row[e0 + o + u], vi[u] = row_idx[e0 + o + u];
+#pragma unroll
+        for (int u = 0; u < U; ++u) offer(o + u < cnt[j], v[u], vi[u]);
+      }
+    }
+  }
+  if (kept > 0) merge_kept(kept);
+
+  // 3. the answer
+  syncwarp();
+  float qn2 = 0.f;
+  if constexpr (METRIC != kIP) qn2 = lds(qnorm);
+  if (lane < k) write_merged<METRIC>(p, q, lane, ri != 0x7fffffff, rk, ri, qn2);
+}
+
+}  // namespace sim
+}  // namespace tunelab
