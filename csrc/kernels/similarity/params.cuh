@@ -256,6 +256,13 @@ constexpr int kSelectWindow = 51 * 1024;
 #endif
 constexpr int kSelectCap = 1024;
 constexpr int kSelectMaxK = 32;
+// The filtered select (select_filtered.cuh): segments a lane takes per round (32 x this a round), entries it loads
+// from each at once, and the kept entries its buffer holds. 96 KiB of them: the sort runs only when it fills and
+// at the end, and at most two of its one-warp blocks share a SM (a programmatic launch places its blocks on the
+// SMs the search frees, as many as fit: 32 one-warp blocks of a small buffer could land on one SM).
+constexpr int kFilterSelectSegs = 8;
+constexpr int kFilterSelectLoads = 4;
+constexpr int kFilterSelectKept = 12 * 1024;
 constexpr int kMergeListWarps = 8;
 constexpr long long kMergeListsMinCandidates = 16384;
 constexpr int kMergeSortedMaxK = 32;
@@ -291,12 +298,12 @@ constexpr int kSortedMergeKept = 64;
 // Shared memory of a merge kind for k. Shared lists: per warp two list buffers (2 * k * 8 bytes),
 // {len, sel, thr_key, thr_idx} (16 bytes) and the scratch list; thread lists: each warp's merged list
 // (capacity * 8 bytes); sorted lists: 64 kept entries and the hot-list ids; select: the window of the row, the
-// queue (8 bytes an entry) and the warps' largest and k-th largest maxima (32 each); filtered select: 64 kept
-// entries; all: 16 bytes for the queue count, the bar and |q|^2.
+// queue (8 bytes an entry) and the warps' largest and k-th largest maxima (32 each); filtered select: its kept
+// entries and the round's segment counts; all: 16 bytes for the queue count, the bar and |q|^2.
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
   return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + 2 * 32 * 4LL + 16
          : kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
-         : kind == kMergeFilterSelect ? kSortedMergeKept * 8LL + 16
+         : kind == kMergeFilterSelect ? kFilterSelectKept * 8LL + 32LL * kFilterSelectSegs * 4 + 16
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;

@@ -14,13 +14,13 @@
 //   2. Every lane reads the counts of segments lane, lane + 32, ... (32 x kFilterSelectSegs a round), loads the
 //      first kFilterSelectLoads entries of each of them at once (keys and indices: one more round trip), then the
 //      rest of any longer segment the same way, and keeps the entries >= B (ties pass: the tie rule decides among
-//      them) in shared memory; every 32 kept are sorted across the warp and merged into the running top 32
-//      (merge_sorted.cuh), whose k-th entry then raises B.
+//      them) in shared memory; when the buffer fills, and at the end, every 32 kept are sorted across the warp and
+//      merged into the running top 32 (merge_sorted.cuh), whose k-th entry then raises B.
 //   3. Lane r < k writes entry r (missing entries, fewer than k keys that are not NaN: (-inf or +inf, -1)).
 //
 // The tie rule is the family's (better(): larger key, or equal with a smaller index). NaN keys never pass B.
 // Counts are clamped to the segment (0 .. list_len). Shared memory: merge_smem_bytes(kMergeFilterSelect, k) in
-// params.cuh: kSortedMergeKept kept entries (8 bytes each), 16 bytes for |q|^2.
+// params.cuh: kFilterSelectKept kept entries (8 bytes each), the round's counts, 16 bytes for |q|^2.
 #pragma once
 
 #include "similarity/merge_sorted.cuh"  // warp_sort_pairs, warp_merge_sorted_pairs; MergeParams' helpers
@@ -28,17 +28,15 @@
 namespace tunelab {
 namespace sim {
 
-// Segments a lane takes per round (32 x this a round) and entries it loads from each before it filters them.
-constexpr int kFilterSelectSegs = 8;
-constexpr int kFilterSelectLoads = 2;
-
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_constant__ MergeParams p) {
-  constexpr int J = kFilterSelectSegs, U = kFilterSelectLoads, KEPT = kSortedMergeKept;
+  constexpr int J = kFilterSelectSegs, U = kFilterSelectLoads, KEPT = kFilterSelectKept;
+  static_assert(KEPT >= 32 * (J * U + 1), "a round's first loads and a partial chunk fit the buffer");
   extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
   float* bkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [KEPT] kept entries not yet merged
   int* bidx = reinterpret_cast<int*>(bkey + KEPT);                   // [KEPT]
-  float* qnorm = reinterpret_cast<float*>(bidx + KEPT);
+  int* seg_cnt = bidx + KEPT;                                        // [J][32] the round's counts, lane-major
+  float* qnorm = reinterpret_cast<float*>(seg_cnt + 32 * J);
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int q = static_cast<int>(blockIdx.x);
   const int k = p.k;  // the launcher keeps k <= 32 for this kind
@@ -62,19 +60,11 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
   }
   float bound = fmaxf(ordered_float(global), ordered_float(smallest));
 
-  // 2. the entries >= the bar, U loads per segment at a time, J segments per lane a round
+  // 2. the entries >= the bar to the buffer; every 32 of them sorted into the running top 32 once the buffer fills,
+  // and at the end (one rolled loop: each inlined copy of the sort is ~200 instructions)
   float rk = -f32_inf();  // running top 32, best first; empty: (-inf, INT_MAX), which every candidate beats
   int ri = 0x7fffffff;
   int kept = 0;  // entries in bkey / bidx (uniform over the warp)
-  auto merge_kept = [&](int count) {  // sorts bkey[0 .. count) (count <= 32) into the running list
-    syncwarp();
-    float ck = lane < count ? lds(bkey + lane) : -f32_inf();
-    int ci = lane < count ? lds(bidx + lane) : 0x7fffffff;
-    warp_sort_pairs(ck, ci, lane);
-    warp_merge_sorted_pairs(rk, ri, ck, ci, lane);
-    const float kth = shfl_f(rk, k - 1);
-    if (shfl_i(ri, k - 1) != 0x7fffffff) bound = fmaxf(bound, kth);  // the list holds k: nothing below enters
-  };
   auto offer = [&](bool have, float key, int ix) {  // collective: every lane, one entry or none
     const bool keep = have && key >= bound;  // false for NaN
     const unsigned keep_mask = ballot(keep);
@@ -84,24 +74,30 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
       sts(bidx + at, ix);
     }
     kept += popc(keep_mask);
-    if (kept >= 32) {
-      merge_kept(32);
-      syncwarp();  // every lane has read entries 0..31
-      if (lane < kept - 32) {
-        sts(bkey + lane, lds(bkey + 32 + lane));
-        sts(bidx + lane, lds(bidx + 32 + lane));
-      }
-      syncwarp();  // entries 32.. are read before the next entries overwrite them
-      kept -= 32;
+  };
+  auto merge_kept = [&](int keep_below) {  // merges the buffer's entries into the running list down to keep_below
+    for (int b = 0; kept - b > keep_below; b += 32) {
+      const int count = kept - b < 32 ? kept - b : 32;
+      syncwarp();
+      float ck = lane < count ? lds(bkey + b + lane) : -f32_inf();
+      int ci = lane < count ? lds(bidx + b + lane) : 0x7fffffff;
+      warp_sort_pairs(ck, ci, lane);
+      warp_merge_sorted_pairs(rk, ri, ck, ci, lane);
+      const float kth = shfl_f(rk, k - 1);
+      if (shfl_i(ri, k - 1) != 0x7fffffff) bound = fmaxf(bound, kth);  // the list holds k: nothing below enters
     }
+    syncwarp();
+    kept = 0;
   };
   for (int s0 = 0; s0 < segs; s0 += 32 * J) {
+    if (kept > KEPT - 32 * J * U) merge_kept(0);
     int cnt[J];
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const int s = s0 + 32 * j + lane;
       const int c = s < segs ? row_idx[after + s] : 0;
       cnt[j] = c < 0 ? 0 : c < seg_len ? c : seg_len;
+      sts(seg_cnt + 32 * j + lane, cnt[j]);  // (a lane reads back only its own)
     }
     float key[J][U] = {};
     int ix[J][U] = {};
@@ -118,25 +114,25 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
     for (int j = 0; j < J; ++j)
 #pragma unroll
       for (int u = 0; u < U; ++u) offer(u < cnt[j], key[j][u], ix[j][u]);
-    // the rest of the longer segments, U entries of one segment per lane at a time
-#pragma unroll
+    // the rest of the longer segments (rare: ~0.3 entries a segment at 50K / 100), U entries of one at a time
     for (int j = 0; j < J; ++j) {
+      const int c = lds(seg_cnt + 32 * j + lane);
       const long long e0 = static_cast<long long>(s0 + 32 * j + lane) * seg_len;
-      for (int o = U; __any_sync(0xffffffffu, o < cnt[j]); o += U) {
+      for (int o = U; __any_sync(0xffffffffu, o < c); o += U) {
+        if (kept > KEPT - 32 * U) merge_kept(0);
         float v[U] = {};
         int vi[U] = {};
 #pragma unroll
         for (int u = 0; u < U; ++u)
-          if (o + u < cnt[j]) v[u] = row[e0 + o + u], vi[u] = row_idx[e0 + o + u];
+          if (o + u < c) v[u] = row[e0 + o + u], vi[u] = row_idx[e0 + o + u];
 #pragma unroll
-        for (int u = 0; u < U; ++u) offer(o + u < cnt[j], v[u], vi[u]);
+        for (int u = 0; u < U; ++u) offer(o + u < c, v[u], vi[u]);
       }
     }
   }
-  if (kept > 0) merge_kept(kept);
+  merge_kept(0);
 
   // 3. the answer
-  syncwarp();
   float qn2 = 0.f;
   if constexpr (METRIC != kIP) qn2 = lds(qnorm);
   if (lane < k) write_merged<METRIC>(p, q, lane, ri != 0x7fffffff, rk, ri, qn2);
