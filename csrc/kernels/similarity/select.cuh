@@ -42,25 +42,8 @@
 // 2.3 us for one query, 4.2 against 3.8 for 100: with 100 blocks reading their 20 MB together (about 4-5 TB/s
 // from L2) the copy's form does not bound it, and for one block the bulk copies were slower.
 //
-// After a MERGE=6 search (implicit_index 0) a row is the query's appended candidates: num_lists segments of list_len
-// entries (one per split of the search), segment l holding the count at cand_idx[num_lists * list_len + l] of
-// entries from its start, in no order, their indices in cand_idx at the same places (params.cuh topk_filtered()).
-// Step 1 then reads the counts into the window's place and walks the segments, T / segments threads to each (8
-// loads in flight per thread), and step 3 walks them again; the rest is the same. Taking the search's global bar for
-// the query as B instead of steps 1 and 2 (one walk, 540a19b, reverted) measured 45.5 against 11.2 us for the select
-// alone at 50K / 100 on an H100 (benchmarks/similarity_filtered.py --before, results/similarity_filtered_h100_gselect
-// .json). By the estimate in TopkBlock::filter_bound_pass() that bar is about the top 3% of the row, ~1,500 keys,
-// past kSelectCap, so the queue's raise rounds (each thread ranking an entry among CAP) would run. The search
-// appends about that many: 1,695 a query (median; at most 2,145) on an H100 (results/similarity_select_trace_h100
-// .json). The bar of step 2 is about the top k.
-//
-// Measured and reverted (41ccf11): each thread's first 4 entries (every entry at 50K / 100, ~13 a segment over 7
-// threads), keys and indices, loaded together with the counts and held in registers for step 3, which then read
-// nothing from global memory. The diagnosis build's stamps on an H100 (results/similarity_select_trace_h100_held
-// .json against similarity_select_trace_h100.json) moved step 3 from 3.6 to 2.0 us at 50K / 100 and step 1 from
-// 3.6 to 4.9 (8 loads a thread, most past the counts, where ~2 were read before), so the select's span past the
-// search stayed at 9.3-9.5 us, and the filtered pair took 56.9 against 54.4 us (results/similarity_filtered_h100_
-// held.json; one query: 42.9 against 43.3).
+// The candidate rows of a MERGE=6 search have their own select (select_filtered.cuh, merge kind kMergeFilterSelect);
+// this kernel read them too until that one replaced it (its history is there).
 //
 // NaN keys never enter; a missing entry (fewer than k that are not NaN) is written as (-inf or +inf, -1).
 // Shared memory: merge_smem_bytes(kMergeSelect, k) in params.cuh.
@@ -97,25 +80,6 @@ __device__ __forceinline__ float warp_sort_desc(float x, int lane) {
   return x;
 }
 
-// After a filtered search: every candidate's key x and place e in the row to f(x, e), segment by segment (the counts
-// in shared memory at seg_count), tps threads of T to a segment, 8 loads in flight per thread.
-template <int T, class F>
-__device__ __forceinline__ void select_each_candidate(const float* row, const int* seg_count, int segs, int seg_len,
-                                                      int tps, int tid, F&& f) {
-  constexpr int G = 8;
-  for (int s = tid / tps; s < segs; s += T / tps) {
-    const int c = lds(seg_count + s), e0 = s * seg_len;
-    for (int o = tid % tps; o < c; o += G * tps) {
-      float v[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) v[g] = o + g * tps < c ? row[e0 + o + g * tps] : 0.f;
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (o + g * tps < c) f(v[g], e0 + o + g * tps);
-    }
-  }
-}
-
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid_constant__ MergeParams p) {
   constexpr int T = kSelectThreads, WARPS = T / 32, CAP = kSelectCap;
@@ -136,23 +100,9 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
   stamp[1] = select_clock();
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int q = static_cast<int>(blockIdx.x);
-  const bool filtered = !p.implicit_index;
-  const int segs = filtered ? p.num_lists : 0, seg_len = p.list_len;  // (filtered)
-  const int n = filtered ? 0 : p.list_len;  // the dense row's entries (the loops over it do nothing when filtered)
+  const int n = p.list_len;  // the row's entries; entry e's index is e
   const int k = p.k;
   const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
-  const int* row_idx = p.cand_idx + static_cast<long long>(q) * p.query_stride;  // (filtered only)
-  // the index of row entry e: its place, or after a filtered search the row it was appended from
-  auto index_of = [&](int e) { return filtered ? row_idx[e] : e; };
-  int* seg_count = reinterpret_cast<int*>(win);  // filtered: the segments' counts (the window is not used)
-  const int tps = segs >= T || segs == 0 ? 1 : T / segs;
-  if (filtered) {
-    for (int s = tid; s < segs; s += T) {
-      const int c = row_idx[segs * seg_len + s];
-      sts(seg_count + s, c < 0 ? 0 : c < seg_len ? c : seg_len);
-    }
-    __syncthreads();
-  }
   const bool aligned = (reinterpret_cast<unsigned long long>(row) & 15) == 0;
   const int all_chunks = aligned ? n / 4 : 0;  // 16-byte chunks of the row
   const int chunks = all_chunks < kSelectWindow / 4 ? all_chunks : kSelectWindow / 4;  // those in the window
@@ -173,7 +123,6 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     for (int g = 0; g < G; ++g) m = fmaxf(m, fmaxf(fmaxf(v[g].x, v[g].y), fmaxf(v[g].z, v[g].w)));
   }
   for (int e = rest + tid; e < n; e += T) m = fmaxf(m, row[e]);
-  select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, [&](float x, int) { m = fmaxf(m, x); });
   cp_async_wait<0>();  // this thread's own chunks have landed (no other thread reads them)
   for (int c = tid; c < chunks; c += T) {
     const float4 v = lds4(win + 4 * c);
@@ -209,24 +158,24 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     const int bi = lds(bar_idx);
     // x (entry e) at least as good as (bk, bi): not worse, and not NaN (better() is false for every NaN
     // comparison); the index is read only for a key equal to the bar
-    auto passes = [&](float x, int e) { return x == x && !(bk > x || (bk == x && bi < index_of(e))); };
+    auto passes = [&](float x, int e) { return x == x && !(bk > x || (bk == x && bi < e)); };
     auto offer4 = [&](const float4& v, int e) {  // chunk e / 4: one atomic for its passing entries
       const bool p0 = passes(v.x, e), p1 = passes(v.y, e + 1), p2 = passes(v.z, e + 2), p3 = passes(v.w, e + 3);
       const int cnt = static_cast<int>(p0) + p1 + p2 + p3;
       if (cnt == 0) return;
       int slot = atomic_add_shared(count, cnt);
-      if (p0 && slot < CAP) sts(qkey + slot, v.x), sts(qidx + slot, index_of(e));
+      if (p0 && slot < CAP) sts(qkey + slot, v.x), sts(qidx + slot, e);
       slot += p0;
-      if (p1 && slot < CAP) sts(qkey + slot, v.y), sts(qidx + slot, index_of(e + 1));
+      if (p1 && slot < CAP) sts(qkey + slot, v.y), sts(qidx + slot, e + 1);
       slot += p1;
-      if (p2 && slot < CAP) sts(qkey + slot, v.z), sts(qidx + slot, index_of(e + 2));
+      if (p2 && slot < CAP) sts(qkey + slot, v.z), sts(qidx + slot, e + 2);
       slot += p2;
-      if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, index_of(e + 3));
+      if (p3 && slot < CAP) sts(qkey + slot, v.w), sts(qidx + slot, e + 3);
     };
     auto offer = [&](float x, int e) {
       if (passes(x, e)) {
         const int slot = atomic_add_shared(count, 1);
-        if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, index_of(e));
+        if (slot < CAP) sts(qkey + slot, x), sts(qidx + slot, e);
       }
     };
     // a thread whose largest entry is below the bar has none that reaches it: only the entries of the threads whose
@@ -246,7 +195,6 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
       }
       for (int e = rest + owner + lane * T; e < n; e += 32 * T) offer(row[e], e);
     }
-    if (mine) select_each_candidate<T>(row, seg_count, segs, seg_len, tps, tid, offer);
     __syncthreads();
     m_count = lds(count);
     if (m_count <= CAP) break;

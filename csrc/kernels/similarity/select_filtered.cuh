@@ -18,6 +18,16 @@
 //      merged into the running top 32 (merge_sorted.cuh), whose k-th entry then raises B.
 //   3. Lane r < k writes entry r (missing entries, fewer than k keys that are not NaN: (-inf or +inf, -1)).
 //
+// On the H200 at 50K / 100 (benchmarks/similarity_filtered.py --quick, results/similarity_filtered_wsel2_h200.json):
+// 49 candidates a query, the pair 46.0 us, the select alone 9.5 (the search alone 39.6). Before it, with the same
+// search, the block select (select.cuh: the row's threads' maxima bound it, then a queue) took the pair to 46.7-46.9
+// (results/similarity_filtered_words4_h200.json), and this kernel's first form, whose every offer carried its own
+// inlined copy of the sort (~16 copies of ~200 instructions) and whose 64-entry buffer let 32 blocks share a SM,
+// to 52.4 (results/similarity_filtered_wsel_h200.json). The block select's own history with these rows, on an
+// H100: taking the global bar alone as its bar (540a19b, reverted) measured 45.5 against 11.2 us alone (~1,500
+// entries a query reached it, before the tile-maximum words); holding each thread's first 4 entries in registers
+// (41ccf11, reverted) moved its steps but not its span past the search (results/similarity_filtered_h100_held.json).
+//
 // The tie rule is the family's (better(): larger key, or equal with a smaller index). NaN keys never pass B.
 // Counts are clamped to the segment (0 .. list_len). Shared memory: merge_smem_bytes(kMergeFilterSelect, k) in
 // params.cuh: kFilterSelectKept kept entries (8 bytes each), the round's counts, 16 bytes for |q|^2.

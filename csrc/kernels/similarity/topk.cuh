@@ -1234,8 +1234,8 @@ struct TopkBlock {
   // The global bar is what makes the filter tighter at small N: a block's own first tile of 128 rows bounds a query
   // by about its top 9% (the k-th largest of 32 holders' maxima of 4 keys; ~3,900 of 50K keys appended per query at
   // 50K / 100), the largest of the 261 groups' bounds by about its top 3% (an estimate: 261 draws of that bound;
-  // ~1,670 keys appended, most of them by the first tiles, which run before any bar is raised). Too loose for the
-  // select to take as its own bar (select.cuh). Every block resets its queries' words at its start
+  // ~1,670 keys appended, most of them by the first tiles, which run before any bar is raised). Every block resets
+  // its queries' words at its start
   // (filter_reset_global_bars()), before it reads them, so a word never holds another launch's bar; a block that
   // starts after another raised a word only lowers it to no bar, which the argument above allows.
   //
@@ -1249,13 +1249,17 @@ struct TopkBlock {
   // ping-pong a group's first tile waits (filter_wait_words()) until half the launch's first tiles have counted
   // their raises, or kFilterWaitNs have passed: one thread of the group polls the block row's count with a
   // back-off while the rest of the group waits at its barrier, and the other group multiplies meanwhile (a lone
-  // group does not wait: it would stall its block's stream).
+  // group does not wait: it would stall its block's stream). The select takes the final words as its bar
+  // (select_filtered.cuh).
   //
-  // Measured and reverted before (8fc0e74): the same words with every thread of a first tile polling its columns'
-  // counts back to back (104 threads of each of 262 groups on 100 hot words of L2), and the word of a first tile
-  // (split * 2 + group) mod k, which the group-0 tiles the wait counts raised only the even words of. On the H200
-  // at 50K / 100 (results/similarity_filtered_words.json) the candidates fell to 100 a query from 1,633, but the
-  // search alone took 72.5 against 38.4 us.
+  // Measured on the H200 at 50K / 100 (benchmarks/similarity_filtered.py --quick): 46 candidates a query against
+  // 1,639 without the words, but the search alone 39.7 against 37.8 us (results/similarity_filtered_words4_h200
+  // .json; without the wait 116 candidates and 39.6 us, waiting for a quarter of the first tiles 58 and 38.4): the
+  // filtered search's time is not its appends. With the warp select the pair takes 46.0 us, the dense pair 41.8
+  // (results/similarity_filtered_wsel2_h200.json). The first forms (8fc0e74, then dd49a2c) took 62-72 us: each
+  // column read its k words one dependent load at a time (results/similarity_filtered_words2_h200.json, where a
+  // single polling thread per group measured the same as every thread polling), and the word of a first tile was
+  // (split * 2 + group) mod k, which the group-0 tiles the wait counts raised only the even words of.
   __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
