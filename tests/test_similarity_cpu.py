@@ -458,15 +458,18 @@ def test_merge_kind_rule():
     assert S.merge_name_expression(0, 2, 4) == "tunelab::sim::similarity_merge_sorted<0, 2>"
     with pytest.raises(ConfigError, match="takes k <= 32; k=33"):
         S.merge_smem_bytes(4, 33)
-    with pytest.raises(ConfigError, match="4 \\(sorted lists, k <= 32\\) or 5 \\(select"):
-        S.merge_threads(6)
+    with pytest.raises(ConfigError, match="5 \\(select: a dense key matrix, k <= 32\\) or 6 \\(select: a filtered"):
+        S.merge_threads(7)
     # the select kernel: 1024 threads, its window of row entries, queue and the warps' largest and k-th maxima
     assert S.merge_threads(5) == 1024
     assert S.merge_smem_bytes(5, 10) == 51 * 1024 * 4 + 1024 * 8 + 2 * 32 * 4 + 16 <= 227 * 1024
     assert S.merge_name_expression(1, 2, 5) == "tunelab::sim::similarity_select<1, 2>"
     with pytest.raises(ConfigError, match="merge kind 5 takes k <= 32; k=33"):
         S.merge_smem_bytes(5, 33)
-    assert all(S.merge_kind(k, c, srt) != 5 for k in (1, 10, 32, 300) for c in (10, 10 ** 6) for srt in (True, False))
+    with pytest.raises(ConfigError, match="merge kind 6 takes k <= 32; k=33"):
+        S.merge_smem_bytes(6, 33)
+    assert all(S.merge_kind(k, c, srt) not in (5, 6) for k in (1, 10, 32, 300) for c in (10, 10 ** 6)
+               for srt in (True, False))
     sim = _sim()
     cs = sim.compile_search(sim.default_config(100, 10, "float16", 768), dtype="float16", arch="sm_90")
 

@@ -390,7 +390,8 @@ void check_merge_kind(int kind) {
     if (kind < 0 || kind >= tunelab::sim::kMergeKinds)
         throw ConfigError("merge kind " + std::to_string(kind) +
                           " is not 0 (thread lists, k <= 16), 1 (thread lists, k <= 32), 2 (8 warps), 3 (4 warps), "
-                          "4 (sorted lists, k <= 32) or 5 (select: a dense key matrix, k <= 32)");
+                          "4 (sorted lists, k <= 32), 5 (select: a dense key matrix, k <= 32) or 6 (select: a "
+                          "filtered search's candidate rows, k <= 32)");
 }
 }  // namespace
 
