@@ -268,7 +268,8 @@ int main(int argc, char** argv) {
       mp = dense_merge_params(mat.data(), splits, seg_rows, 0, ld);
       mp.cand_idx = mat_idx.data();
       mp.implicit_index = 0;
-      emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, 32, static_cast<int>(merge_smem_bytes(kMergeFilterSelect, k)),
+      emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, 32,
+                  static_cast<int>(merge_smem_bytes(kMergeFilterSelect, k)),
                   [&] { similarity_select_filtered<DT, METRIC>(mp); });
     } else {
       emu::launch(uint3_{static_cast<unsigned>(nq), 1, 1}, kSelectThreads,

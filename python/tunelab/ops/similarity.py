@@ -87,9 +87,9 @@ MAX_K = 1024
 MERGE_KINDS = tuple(_S.MERGE_KINDS)
 #: The merge kind that needs every list sorted best first (the search's candidate lists, not a dense score matrix).
 MERGE_SORTED = int(_S.MERGE_SORTED)
-#: The merge kind that selects from the rows of the dense key matrix a MERGE=5 search writes (and from the candidate
-#: rows of a MERGE=6 search).
+#: The merge kind that selects from the rows of the dense key matrix a MERGE=5 search writes.
 MERGE_SELECT = int(_S.MERGE_SELECT)
+#: The merge kind that selects from the candidate rows of a MERGE=6 search (one warp per query).
 MERGE_FILTER_SELECT = int(_S.MERGE_FILTER_SELECT)
 #: The search's MERGE value that keeps no top-k and writes every key to a dense nq x N matrix (see
 #: :func:`default_config` for when it is chosen), and the largest k its select kernel takes.
