@@ -582,6 +582,7 @@ def test_filtered_rows_bound_and_select_only():
     from tunelab.ops import similarity as sim
     from tunelab.tuning.families.similarity import filter_rows_bound
 
+    assert S.FILTER_WORDS == 36
     rng = random.Random(7)
     base = sim.default_config(100, 10, "float16", 768, arch="sm_90", n=65536)
     for _ in range(3000):
@@ -590,7 +591,7 @@ def test_filtered_rows_bound_and_select_only():
         plan = dict(S.topk_plan(cfg, nq, n, rng.randint(1, 600), rng.choice([0, cfg["CLUSTER"], 1024])))
         ld = sim.filter_ld(plan, cfg)
         rows = plan["tiles_per_split"] * cfg["BLOCK_N"]
-        assert sim.filter_rows(plan, cfg) == rows and S.FILTER_WORDS == 36
+        assert sim.filter_rows(plan, cfg) == rows
         assert ld == -(-(plan["splits"] * rows + max(plan["splits"], 36)) // 4) * 4
         assert plan["splits"] * rows >= n and ld <= filter_rows_bound(cfg, n), (cfg, n, plan)
     comp = sim.compile_search(dict(base, MERGE=6), dtype="float16", arch="sm_90")

@@ -237,11 +237,8 @@ int main(int argc, char** argv) {
       // the queries' global words (cand_key after the segments, kFilterWords) start at no bar: on the GPU every block
       // resets its queries' words at its start, before any block raises one; the shim's reset does nothing, since
       // the emulator runs the blocks one after another (shim/similarity/ptx.cuh)
-      for (int q = 0; q < nq; ++q)
-        for (int w = 0; w < kFilterWords; ++w) {
-          const unsigned none = 0u;
-          std::memcpy(&mat[static_cast<size_t>(q) * ld + static_cast<size_t>(splits) * seg_rows + w], &none, 4);
-        }
+      for (int q = 0; q < nq; ++q)  // (0.f: the word 0u, no bar)
+        std::fill_n(&mat[static_cast<size_t>(q) * ld + static_cast<size_t>(splits) * seg_rows], kFilterWords, 0.f);
     }
     SearchParams sp{};
     sp.queries = Q.bytes.data();

@@ -60,6 +60,32 @@ __device__ __forceinline__ void warp_merge_sorted_pairs(float& rk, int& ri, floa
   for (int stride = 16; stride > 0; stride >>= 1) warp_cas_pair(rk, ri, stride, (lane & stride) == 0);
 }
 
+// A warp's kept entries (shared memory bkey / bidx, `kept` of them, uniform over the warp): every lane whose `keep`
+// holds appends its (key, ix), in lane order.
+__device__ __forceinline__ void warp_keep(bool keep, float key, int ix, float* bkey, int* bidx, int& kept,
+                                          int lane) {
+  const unsigned keep_mask = ballot(keep);
+  if (keep) {
+    const int at = kept + popc(keep_mask & lanemask_lt(lane));
+    sts(bkey + at, key);
+    sts(bidx + at, ix);
+  }
+  kept += popc(keep_mask);
+}
+
+// Kept entries bkey / bidx[0 .. count) (count <= 32), sorted across the warp, into the running top 32 (rk, ri: one
+// pair per lane, best first); once it holds k entries its k-th raises `bound` (nothing below it enters).
+__device__ __forceinline__ void warp_merge_kept(const float* bkey, const int* bidx, int count, float& rk,
+                                                int& ri, float& bound, int k, int lane) {
+  syncwarp();
+  float ck = lane < count ? lds(bkey + lane) : -f32_inf();
+  int ci = lane < count ? lds(bidx + lane) : 0x7fffffff;
+  warp_sort_pairs(ck, ci, lane);
+  warp_merge_sorted_pairs(rk, ri, ck, ci, lane);
+  const float kth = shfl_f(rk, k - 1);
+  if (shfl_i(ri, k - 1) != 0x7fffffff) bound = fmaxf(bound, kth);
+}
+
 // The head (best entry) of list l of query q, or NaN where there is no list l (l >= L) or its head is missing:
 // NaN is never hot and fmaxf passes it by.
 __device__ __forceinline__ float list_head(const MergeParams& p, int q, int l, int L) {
@@ -106,15 +132,6 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
   float rk = -f32_inf();  // running top 32, best first; empty: (-inf, INT_MAX), which every candidate beats
   int ri = 0x7fffffff;
   int kept = 0;  // entries in bkey / bidx (uniform over the warp)
-  auto merge_kept = [&](int count) {  // sorts bkey[0 .. count) (count <= 32) into the running list
-    syncwarp();
-    float ck = lane < count ? lds(bkey + lane) : -f32_inf();
-    int ci = lane < count ? lds(bidx + lane) : 0x7fffffff;
-    warp_sort_pairs(ck, ci, lane);
-    warp_merge_sorted_pairs(rk, ri, ck, ci, lane);
-    const float kth = shfl_f(rk, k - 1);
-    if (shfl_i(ri, k - 1) != 0x7fffffff) bound = fmaxf(bound, kth);  // the list holds k: nothing below enters
-  };
   for (int batch = 0; batch < L; batch += 32 * R) {
     int hot_count = 0;
     syncwarp();  // the previous batch's readers of hot[] are done
@@ -144,16 +161,9 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const bool keep = key[u] >= bound;  // false for NaN: no entry, or a missing one
-        const unsigned keep_mask = ballot(keep);
-        if (keep) {
-          const int at = kept + popc(keep_mask & lanemask_lt(lane));
-          sts(bkey + at, key[u]);
-          sts(bidx + at, ix[u]);
-        }
-        kept += popc(keep_mask);
+        warp_keep(key[u] >= bound, key[u], ix[u], bkey, bidx, kept, lane);  // (false for NaN: no entry)
         if (kept >= 32) {
-          merge_kept(32);
+          warp_merge_kept(bkey, bidx, 32, rk, ri, bound, k, lane);
           syncwarp();  // every lane has read entries 0..31
           if (lane < kept - 32) {
             sts(bkey + lane, lds(bkey + 32 + lane));
@@ -165,7 +175,7 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
       }
     }
   }
-  if (kept > 0) merge_kept(kept);
+  if (kept > 0) warp_merge_kept(bkey, bidx, kept, rk, ri, bound, k, lane);
 
   syncwarp();
   float qn2 = 0.f;

@@ -98,10 +98,8 @@ __device__ __forceinline__ unsigned global_bar_load(const unsigned* a) {
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(a) : "memory");
   return v;
 }
-__device__ __forceinline__ void global_bar_reset(unsigned* a) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a), "r"(0u) : "memory");
-}
-// 4 consecutive words (16-byte aligned) of MERGE=6's tile-maximum words: loaded and reset like the bars above.
+// 4 consecutive words (16-byte aligned) of a query's MERGE=6 words (the bars above and the tile-maximum words):
+// loaded like a bar, and reset at a block's start (relaxed at GPU scope).
 __device__ __forceinline__ uint4 global_words_load4(const unsigned* a) {
   uint4 v;
   asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"

@@ -76,31 +76,16 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
   int ri = 0x7fffffff;
   int kept = 0;  // entries in bkey / bidx (uniform over the warp)
   auto offer = [&](bool have, float key, int ix) {  // collective: every lane, one entry or none
-    const bool keep = have && key >= bound;  // false for NaN
-    const unsigned keep_mask = ballot(keep);
-    if (keep) {
-      const int at = kept + popc(keep_mask & lanemask_lt(lane));
-      sts(bkey + at, key);
-      sts(bidx + at, ix);
-    }
-    kept += popc(keep_mask);
+    warp_keep(have && key >= bound, key, ix, bkey, bidx, kept, lane);  // (false for NaN)
   };
-  auto merge_kept = [&](int keep_below) {  // merges the buffer's entries into the running list down to keep_below
-    for (int b = 0; kept - b > keep_below; b += 32) {
-      const int count = kept - b < 32 ? kept - b : 32;
-      syncwarp();
-      float ck = lane < count ? lds(bkey + b + lane) : -f32_inf();
-      int ci = lane < count ? lds(bidx + b + lane) : 0x7fffffff;
-      warp_sort_pairs(ck, ci, lane);
-      warp_merge_sorted_pairs(rk, ri, ck, ci, lane);
-      const float kth = shfl_f(rk, k - 1);
-      if (shfl_i(ri, k - 1) != 0x7fffffff) bound = fmaxf(bound, kth);  // the list holds k: nothing below enters
-    }
-    syncwarp();
+  auto merge_kept = [&]() {  // the whole buffer into the running list, 32 entries at a time
+    for (int b = 0; b < kept; b += 32)
+      warp_merge_kept(bkey + b, bidx + b, kept - b < 32 ? kept - b : 32, rk, ri, bound, k, lane);
+    syncwarp();  // every lane has read the buffer before it refills
     kept = 0;
   };
   for (int s0 = 0; s0 < segs; s0 += 32 * J) {
-    if (kept > KEPT - 32 * J * U) merge_kept(0);
+    if (kept > KEPT - 32 * J * U) merge_kept();
     int cnt[J];
 #pragma unroll
     for (int j = 0; j < J; ++j) {
@@ -129,7 +114,7 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
       const int c = lds(seg_cnt + 32 * j + lane);
       const long long e0 = static_cast<long long>(s0 + 32 * j + lane) * seg_len;
       for (int o = U; __any_sync(0xffffffffu, o < c); o += U) {
-        if (kept > KEPT - 32 * U) merge_kept(0);
+        if (kept > KEPT - 32 * U) merge_kept();
         float v[U] = {};
         int vi[U] = {};
 #pragma unroll
@@ -140,7 +125,7 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
       }
     }
   }
-  merge_kept(0);
+  merge_kept();
 
   // 3. the answer
   float qn2 = 0.f;

@@ -43,13 +43,12 @@ inline float4 lds4(const float* p) {
 inline unsigned long long key_store_policy() { return 0; }
 inline void store_key(float* a, float v, unsigned long long) { *a = v; }
 
-// MERGE=6's global bars: the raise and the load are plain (one OS thread). The reset is none: the emulator runs the
-// blocks one after another, so a block's reset at its start would erase the bars of every block before it, where on
-// the GPU a wave's blocks all reset before any raises one. The driver zero-fills the bar words before the launch
-// instead, and later blocks then filter by earlier blocks' bars.
+// MERGE=6's global words: the raise and the loads are plain (one OS thread). The reset is none: the emulator runs
+// the blocks one after another, so a block's reset at its start would erase the words of every block before it,
+// where on the GPU a wave's blocks all reset before any raises one. The driver zero-fills the words before the
+// launch instead, and later blocks then filter by earlier blocks' bars.
 inline void global_bar_raise(unsigned* a, unsigned v) { *a = *a > v ? *a : v; }
 inline unsigned global_bar_load(const unsigned* a) { return *a; }
-inline void global_bar_reset(unsigned*) {}
 inline uint4 global_words_load4(const unsigned* a) {
   if (reinterpret_cast<uintptr_t>(a) % 16) emu::fail("global_words_load4: address %p is not 16-byte aligned", a);
   return uint4{a[0], a[1], a[2], a[3]};
@@ -58,8 +57,8 @@ inline void global_words_reset4(unsigned*) {}
 inline void global_count_release_add(unsigned* a) { *a += 1u; }
 inline unsigned global_count_acquire(const unsigned* a) { return *a; }
 inline void spin_pause_ns(unsigned) {}
-// A clock that advances 1 us a read: a bounded wait for other blocks' words gives up after a few reads (the blocks
-// run one after another, so the ones still to run never raise theirs during it).
+// A clock that advances 1 us a read, for the first tiles' bounded wait (ping-pong only, which the emulator does not
+// run; the declarations keep the wait's code compiling): it would give up after a few reads.
 inline unsigned long long spin_clock_ns() {
   static unsigned long long t = 0;
   return t += 1000;
