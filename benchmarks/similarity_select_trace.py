@@ -1,12 +1,12 @@
-"""Where the select kernel's time goes after the dense and the filtered search (fp16, d = 768, k = 10, inner
-product): its diagnosis build (TUNELAB_SIM_SELECT_TRACE, csrc/kernels/similarity/select.cuh) stamps %globaltimer in
-thread 0 of every block at entry, when the search's results are visible (the programmatic launch's wait), and after
-each of its four steps.
+"""Where the dense select kernel's time goes after the dense search (fp16, d = 768, k = 10, inner product): its
+diagnosis build (TUNELAB_SIM_SELECT_TRACE, csrc/kernels/similarity/select.cuh) stamps %globaltimer in thread 0 of
+every block at entry, when the search's results are visible (the programmatic launch's wait), and after each of its
+four steps.
 
-For each shape the search + select pair runs ``--reps`` times, each after an L2 flush (the timer's protocol), after
-the dense search (``dense``, MERGE=5: the select reads the whole key matrix) and after the filtered one
-(``filtered``, MERGE=6: the select reads the candidates the search appended; their count per query is reported). Per
-block the phase durations, and per run the select's span past the search (the last block's end less the first
+For each shape the search (MERGE=5) + select pair runs ``--reps`` times, each after an L2 flush (the timer's
+protocol). Until 6a8e7ea this select also read the filtered search's candidate rows, and the results files up to
+then hold ``filtered`` rows too; those rows now have their own select (select_filtered.cuh), which has no stamps.
+Per block the phase durations, and per run the select's span past the search (the last block's end less the first
 block's wait return); medians over runs of the medians (and maxima) over blocks, in us. Results:
 benchmarks/results/similarity_select_trace[_TAG].json; a table last. The H100's %globaltimer advanced in steps of
 ~0.26 us, so a phase reads to about that. Two results files hold reverted selects as well: in
@@ -28,8 +28,7 @@ from _common import draw_search_inputs, kernel_variant, warm_up_gpu, write_resul
 D, K = 768, 10
 SHAPES = [(1, 50_000), (100, 50_000), (1, 100_000)]
 STEPS = ("step1_window_and_maxima", "step2_bar", "step3_queue", "step4_rank_and_write")
-# name -> (filtered search (MERGE=6) instead of the dense one, the select build's defines)
-VARIANTS = {"dense": (False, {"TUNELAB_SIM_SELECT_TRACE": "1"}), "filtered": (True, {"TUNELAB_SIM_SELECT_TRACE": "1"})}
+TRACE = {"TUNELAB_SIM_SELECT_TRACE": "1"}  # the select's diagnosis build
 
 
 def one_run(prep) -> dict:
@@ -50,17 +49,12 @@ def one_run(prep) -> dict:
     out["after_wait_us"] = us[:, 5] - us[:, 1]
     span = float(us[:, 5].max())  # the last block's end past the first wait return
     wait_spread = float(us[:, 1].max())
-    res = {"blocks": out, "span_past_search_us": span, "wait_spread_us": wait_spread}
-    if prep.ci is not None:  # filtered: the candidates the select read per query
-        from tunelab.ops import similarity as sim
-
-        res["candidates"] = sim.filter_counts(prep.ci, prep.plan, prep.config).sum(dim=1).cpu().numpy()
-    return res
+    return {"blocks": out, "span_past_search_us": span, "wait_spread_us": wait_spread}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=20, help="flushed runs per shape and variant")
+    ap.add_argument("--reps", type=int, default=20, help="flushed runs per shape")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
     import numpy as np
@@ -75,25 +69,19 @@ def main() -> int:
         q, c = draw_search_inputs(nq, n, D, torch.float16, seed=n + nq)
         cfg = dict(sim.default_config(nq, K, "float16", D, n=65536), MERGE=sim.MERGE_DENSE)
         row = {"nq": nq, "n": n, "variants": {}}
-        for name, (filtered, defines) in VARIANTS.items():
-            with kernel_variant(defines=defines):
-                prep = Prepared(dict(cfg, MERGE=sim.MERGE_FILTERED) if filtered else cfg, q, c)
-            runs = [one_run(prep) for _ in range(args.reps + 2)][2:]  # the first two warm up
-            med = {k: float(np.median([np.median(r["blocks"][k]) for r in runs])) for k in runs[0]["blocks"]}
-            worst = {k: float(np.median([np.max(r["blocks"][k]) for r in runs])) for k in runs[0]["blocks"]}
-            row["variants"][name] = {
-                "config": prep.config, "runs": len(runs), "median_over_blocks_us": med, "max_over_blocks_us": worst,
-                "span_past_search_us": float(np.median([r["span_past_search_us"] for r in runs])),
-                "wait_spread_us": float(np.median([r["wait_spread_us"] for r in runs]))}
-            v = row["variants"][name]
-            if filtered:
-                cands = np.concatenate([r["candidates"] for r in runs])
-                v["candidates_per_query"] = {"median": float(np.median(cands)), "max": int(cands.max())}
-            print(f"nq={nq:>4} N={n:>7} {name:>8}: span past search {v['span_past_search_us']:5.2f} us; per block "
-                  + ", ".join(f"{k.split('_')[0]} {med[k]:.2f}/{worst[k]:.2f}" for k in ("entry_to_wait_us",) + STEPS)
-                  + " (median/max)" + (f"; candidates per query {v['candidates_per_query']['median']:.0f} "
-                                        f"(max {v['candidates_per_query']['max']})" if filtered else ""), flush=True)
-            del prep
+        with kernel_variant(defines=TRACE):
+            prep = Prepared(cfg, q, c)
+        runs = [one_run(prep) for _ in range(args.reps + 2)][2:]  # the first two warm up
+        med = {k: float(np.median([np.median(r["blocks"][k]) for r in runs])) for k in runs[0]["blocks"]}
+        worst = {k: float(np.median([np.max(r["blocks"][k]) for r in runs])) for k in runs[0]["blocks"]}
+        v = row["variants"]["dense"] = {
+            "config": prep.config, "runs": len(runs), "median_over_blocks_us": med, "max_over_blocks_us": worst,
+            "span_past_search_us": float(np.median([r["span_past_search_us"] for r in runs])),
+            "wait_spread_us": float(np.median([r["wait_spread_us"] for r in runs]))}
+        print(f"nq={nq:>4} N={n:>7}: span past search {v['span_past_search_us']:5.2f} us; per block "
+              + ", ".join(f"{k.split('_')[0]} {med[k]:.2f}/{worst[k]:.2f}" for k in ("entry_to_wait_us",) + STEPS)
+              + " (median/max)", flush=True)
+        del prep
         rows.append(row)
         del q, c
         torch.cuda.empty_cache()
