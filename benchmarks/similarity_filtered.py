@@ -66,6 +66,8 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
     for name, defines in (defined or {}).items():
         with kernel_variant(defines=defines):
             out[f"filtered-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
+        if defines.get("TUNELAB_SIM_FILTER_PRESET", "0") != "0":  # its words start at no bar (params.cuh)
+            out[f"filtered-{name}"].ck.zero_()
     return out
 
 

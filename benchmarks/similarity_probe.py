@@ -66,7 +66,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DRAW_ORDERS, draw_search_inputs, summarize, write_result  # noqa: E402
+from _common import DRAW_ORDERS, draw_search_inputs, kernel_variant, summarize, write_result  # noqa: E402
 from tunelab import _core  # noqa: E402
 
 D, K = 768, 10
@@ -212,6 +212,9 @@ TRACE_EVENTS = {name: _SLOT[name] for name in ("entry", "producer_start", "produ
 # scan: the group's last store-and-scan (a queue overflowed)
 TRACE_EVENTS.update({"scan_group0": _SLOT["scan"], "scan_group1": _SLOT["scan"] + 1})
 TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
+# MERGE=6, a group's first tile (TopkBlock::trace_first()): the spans between its main loop's end, the steps'
+# stamps, its keys counted and its epilogue's end
+FIRST_STEPS = ("maxima", "bounds", "words", "wait", "stage", "count", "append")
 
 
 def block_timeline(launch, cand_key, blocks: int) -> dict:
@@ -262,6 +265,17 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
                           "main_loop_us": med(0, 1), "epilogue_us": med(1, 3),
                           "bound_and_precheck_us": med(1, 2) if pre else None,
                           "insertion_us": med(2, 3) if pre else None})
+    first = []  # MERGE=6, a group's first tile: its epilogue's steps (params.cuh kTraceFirst0), median us each
+    f0, fsteps = _SLOT["first0"], _SLOT["first_steps"]
+    for g in range(2):
+        base = TRACE_TURN0 + g * TRACE_TURNS * 4  # turn 0's events
+        cols = np.concatenate([ns[:, [base + 1]], ns[:, f0 + g * fsteps: f0 + (g + 1) * fsteps],
+                               ns[:, [base + 2, base + 3]]], axis=1)
+        have = (cols > 0).all(axis=1)
+        if have.any():
+            d = np.diff(cols[have], axis=1) / 1e3
+            first.append({"group": g, "blocks": int(have.sum()),
+                          **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FIRST_STEPS)}})
     why = []  # TopkBlock::trace_why(): per block and tile group, why its pre-check took the store-and-scan path
     for b in range(blocks):
         for grp in range(2):
@@ -274,7 +288,7 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
     span_cyc = cyc[:, TRACE_EVENTS["done"]] - cyc[:, TRACE_EVENTS["entry"]]
     span_ns = done - ns[:, TRACE_EVENTS["entry"]]
     ok = (span_ns > 0) & (span_cyc > 0)
-    return {"events": events, "turns": turns, "scans": why, "span_us": float((done.max() - t0) / 1e3),
+    return {"events": events, "turns": turns, "first_tile_steps": first, "scans": why, "span_us": float((done.max() - t0) / 1e3),
             "sm_clock_ghz": float(np.median(span_cyc[ok] / span_ns[ok])) if ok.any() else None,
             "smids": sorted({int(x) for x in t[:, 0, _SLOT["smid"]]})[:8]}
 
@@ -297,6 +311,9 @@ def print_timeline(row: dict) -> None:
         print(f"   g{tr['group']} t{tr['turn']:<8} {us(tr['loop_start_us'])} {us(tr['main_loop_us'])} "
               f"{us(tr['epilogue_us'])} {us(tr['bound_and_precheck_us'])} {us(tr['insertion_us'])} "
               f"{us(tr['epilogue_done_us'])}  {tr['blocks']}", flush=True)
+    for fs in row.get("first_tile_steps", []):
+        print(f"   g{fs['group']} first tile: " + " ".join(f"{n} {fs[n + '_us']:.2f}" for n in FIRST_STEPS) +
+              f"  ({fs['blocks']} blocks)", flush=True)
 
 
 def filtered_variants(nq: int) -> list[tuple[str, dict, int | None]]:
@@ -317,12 +334,6 @@ VARIANT_SETS = {"sync": variants, "wgmma": wgmma_variants, "tma": tma_variants, 
 
 
 def main() -> int:
-    import torch
-
-    from tunelab.errors import TunelabError
-    from tunelab.ops import similarity as S
-    from tunelab.timing import time_callable
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="100x50000,100x10000000", help="comma-separated NQxN list")
     ap.add_argument("--ncu", default=None, help="one NQxN shape: launch each variant's search once, no timing")
@@ -343,7 +354,28 @@ def main() -> int:
     ap.add_argument("--from-study", type=Path, default=None,
                     help="a tuning results JSON (tune_seed.py --family similarity): its confirmed configs are added "
                          "as variants ('study 1', ...), to see how they do at other shapes")
+    ap.add_argument("--define", action="append", default=[], metavar="MACRO=VALUE",
+                    help="compile every variant with this macro defined (repeatable), e.g. "
+                         "TUNELAB_SIM_FILTER_PRESET=1 (csrc/kernels/similarity/params.cuh); recorded with the rows")
     args = ap.parse_args()
+    defines = {}
+    for text in args.define:
+        key, eq, value = text.partition("=")
+        if not key or not eq or not value:
+            ap.error(f"--define {text!r}: expected MACRO=VALUE, e.g. TUNELAB_SIM_FILTER_PRESET=1")
+        defines[key] = value
+    with kernel_variant(defines=defines):
+        return probe(args, defines)
+
+
+def probe(args, defines: dict[str, str]) -> int:
+    """main() past its arguments: compile, run and record every variant of ``args`` (with ``defines``)."""
+    import torch
+
+    from tunelab.errors import TunelabError
+    from tunelab.ops import similarity as S
+    from tunelab.timing import time_callable
+
     tdtype = getattr(torch, args.dtype)
     study_variants = []
     if args.from_study:
@@ -478,12 +510,12 @@ def main() -> int:
         return 0
     name = "similarity_probe" if args.variants == "sync" else f"similarity_probe_{args.variants}"
     if args.trace:
-        path = write_result(f"{name}_trace", {"rows": rows, "dtype": args.dtype}, args.tag)
+        path = write_result(f"{name}_trace", {"rows": rows, "dtype": args.dtype, "defines": defines}, args.tag)
         print(f"wrote {path}")
         return 0
     if args.dtype != "float16" or args.from_study:
         name += f"_{args.dtype}" + ("_study" if args.from_study else "")
-    path = write_result(name, {"rows": rows, "dtype": args.dtype,
+    path = write_result(name, {"rows": rows, "dtype": args.dtype, "defines": defines,
                                "from_study": str(args.from_study) if args.from_study else None}, args.tag)
     print(f"wrote {path}")
     print(f"{'nq':>5} {'n':>9} {'variant':<24} {'search':>9} {'mainloop':>9} {'loop':>9} {'epilogue':>9} {'merge':>7} "

@@ -564,12 +564,14 @@ def test_dense_configs_compile_without_spills():
 
 def test_trace_slots_do_not_overlap():
     """The diagnosis build's timeline slots (params.cuh, read by similarity_probe.py through the binding): the turn
-    slots of both tile groups, the events, the scan and why slots of both groups each get their own u64."""
+    slots of both tile groups, the events, the scan and why slots and the filtered first tile's steps of both groups
+    each get their own u64."""
     t = S.TRACE_SLOTS
     turns = range(t["turn0"], t["turn0"] + 2 * t["turns"] * 4)
     single = [t[n] for n in ("entry", "producer_start", "producer_done", "mma_start", "smid", "end_barrier", "done")]
     per_group = [t["scan"], t["scan"] + 1, t["why"], t["why"] + 1]
-    used = [*turns, *single, *per_group]
+    first_steps = range(t["first0"], t["first0"] + 2 * t["first_steps"])
+    used = [*turns, *single, *per_group, *first_steps]
     assert len(set(used)) == len(used) and max(used) < t["slots"]
 
 

@@ -106,7 +106,8 @@ void bind_similarity(py::module_& m) {
                                {"producer_start", ts::kTraceProducerStart}, {"producer_done", ts::kTraceProducerDone},
                                {"mma_start", ts::kTraceMmaStart}, {"smid", ts::kTraceSmid}, {"turn0", ts::kTraceTurn0},
                                {"turns", ts::kTraceTurns}, {"end_barrier", ts::kTraceEndBarrier},
-                               {"done", ts::kTraceDone}, {"scan", ts::kTraceScan}, {"why", ts::kTraceWhy}})
+                               {"done", ts::kTraceDone}, {"scan", ts::kTraceScan}, {"why", ts::kTraceWhy},
+                               {"first0", ts::kTraceFirst0}, {"first_steps", ts::kTraceFirstSteps}})
             slots[name] = static_cast<int>(v);
         s.attr("TRACE_SLOTS") = slots;
     }

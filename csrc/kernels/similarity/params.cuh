@@ -155,6 +155,15 @@ constexpr int kFilterTileWord0 = 4;
 #ifndef TUNELAB_SIM_FILTER_POLL_NS
 #define TUNELAB_SIM_FILTER_POLL_NS 256
 #endif
+// Experiment (benchmarks/similarity_filtered.py --variant preset:TUNELAB_SIM_FILTER_PRESET=1): the search as if
+// its bars were known before the first tile. The words are not reset at the block's start, so a launch filters by
+// the words the launches before it on the same buffers raised (valid only for the same queries and corpus: an
+// experiment, never a product build), and a first tile selects no bound, counts nothing and does not wait; it
+// still raises its words. It measures what a bar known up front (a pilot pass) would leave of the first tiles'
+// epilogue.
+#ifndef TUNELAB_SIM_FILTER_PRESET
+#define TUNELAB_SIM_FILTER_PRESET 0
+#endif
 // Row stride of MERGE=6's candidate rows (cand_key and cand_idx) for `splits` segments of `seg_rows` entries:
 // the segments, then (in cand_idx) their counts and (in cand_key) the global words, rounded up like topk_dense_ld().
 TUNELAB_SIM_HD constexpr long long topk_filter_ld(long long splits, long long seg_rows) {
@@ -313,10 +322,13 @@ TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
 // stamps (%globaltimer) into the candidate-key buffer, then as many clock64 values. Slots: the events below; a tile
 // group's turn u < kTraceTurns - 1 at kTraceTurn0 + (group * kTraceTurns + u) * 4 + {0: its main loop starts, 1: its
 // MMAs are done, 2: the pre-check's barrier passed, 3: the epilogue is done} (later turns overwrite the last turn's);
-// kTraceScan + group: the group's last store-and-scan, 0 if none; kTraceWhy + group: why (TopkBlock::trace_why()).
+// kTraceScan + group: the group's last store-and-scan, 0 if none; kTraceWhy + group: why (TopkBlock::trace_why());
+// MERGE=6, a group's first tile: kTraceFirst0 + group * kTraceFirstSteps + {0: the holders' maxima are stored, 1: the
+// bounds are selected and the global bar raised, 2: the tile-maximum words are raised and counted, 3: the wait for
+// the other first tiles' words is over, 4: the tile's bars are staged} (TopkBlock::trace_first()).
 // benchmarks/similarity_probe.py decodes them through the binding (_core.similarity.TRACE_SLOTS).
 enum : int {
-  kTraceSlots = 64,
+  kTraceSlots = 80,
   kTraceEntry = 0,
   kTraceProducerStart = 1,
   kTraceProducerDone = 2,
@@ -327,7 +339,9 @@ enum : int {
   kTraceEndBarrier = 56,
   kTraceDone = 57,
   kTraceScan = 58,
-  kTraceWhy = 60
+  kTraceWhy = 60,
+  kTraceFirst0 = 64,
+  kTraceFirstSteps = 5
 };
 
 }  // namespace sim

@@ -710,6 +710,10 @@ struct TopkBlock {
     const int u = trace_turn < kTraceTurns ? trace_turn : kTraceTurns - 1;
     trace(kTraceTurn0 + (grp * kTraceTurns + u) * 4 + event);
   }
+  // MERGE=6, a group's first tile: step `step` of its epilogue is done (params.cuh kTraceFirst0).
+  __device__ __forceinline__ void trace_first(int step) const {
+    if (kTrace && gtid == 0) trace(kTraceFirst0 + grp * kTraceFirstSteps + step);
+  }
 
   // Tile row of accumulator row block mt, half h (rows g and g + 8 of the fragment), for lane group g.
   __device__ __forceinline__ int row_of(int mt, int h, int g) const { return row_base + mt * Tr::kMtStride + g + 8 * h; }
@@ -1263,11 +1267,14 @@ struct TopkBlock {
   __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
-    select_bounds(Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; },
-                  [&](int c, float b) {
-                    sts(filter_bound(c), b);
-                    if (b > -f32_inf() && global_bar_usable(c)) global_bar_raise(global_bar(c), ordered_bits(b));
-                  });
+    trace_first(0);
+    if constexpr (!kFilterPreset)
+      select_bounds(Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; },
+                    [&](int c, float b) {
+                      sts(filter_bound(c), b);
+                      if (b > -f32_inf() && global_bar_usable(c)) global_bar_raise(global_bar(c), ordered_bits(b));
+                    });
+    trace_first(1);
     const int word = (static_cast<int>(blockIdx.y) + grp * (p.k >> 1)) % p.k;
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       if (!global_bar_usable(c)) continue;
@@ -1276,7 +1283,8 @@ struct TopkBlock {
       if (m > -f32_inf()) global_bar_raise(tile_max_word(c, word), ordered_bits(m));
     }
     block_sync();  // every warp of the group filters by the bounds, and has raised its words
-    if (gtid == 0 && global_bar_usable(0)) global_count_release_add(tile_max_count());
+    if (!kFilterPreset && gtid == 0 && global_bar_usable(0)) global_count_release_add(tile_max_count());
+    trace_first(2);
   }
   // A group's first tile, with ping-pong: one thread waits until the launch's first tiles that counted their raises
   // reach kFilterWaitPct percent, or kFilterWaitNs have passed, reading the count every kFilterPollNs or so; the
@@ -1284,6 +1292,7 @@ struct TopkBlock {
   static constexpr unsigned long long kFilterWaitNs = TUNELAB_SIM_FILTER_WAIT_NS;
   static constexpr unsigned kFilterWaitPct = TUNELAB_SIM_FILTER_WAIT_PCT;
   static constexpr unsigned kFilterPollNs = TUNELAB_SIM_FILTER_POLL_NS;
+  static constexpr bool kFilterPreset = TUNELAB_SIM_FILTER_PRESET != 0;  // (an experiment: params.cuh)
   __device__ __forceinline__ void filter_wait_words() const {
     if (gtid == 0 && global_bar_usable(0)) {
       const unsigned need = (gridDim.y * Tr::kGroups * kFilterWaitPct + 99u) / 100u;
@@ -1328,8 +1337,9 @@ struct TopkBlock {
   // tile-maximum words a ping-pong group's later turns stage their bars before their main loops (the words are
   // raised by then; the search loop calls this there), and only first tiles here, after their bound pass.
   __device__ __forceinline__ void filter_stage_bars(int tile, bool first) {
-    if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0)
+    if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0 && !kFilterPreset)
       if (first) filter_wait_words();
+    if (first) trace_first(3);
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       float bar = lds(filter_bound(c));
       if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(c)));
@@ -1338,6 +1348,7 @@ struct TopkBlock {
       sts(filter_bar(c, tile), bar);
     }
     block_sync();
+    if (first) trace_first(4);
   }
 
   // MERGE=6: every key of the tile that reaches its column's bar (filter_stage_bars()) is appended with its row to
@@ -1744,7 +1755,7 @@ struct TopkBlock {
         sts(filter_bound(c), -f32_inf());  // this group's bounds
         if (grp == 0) sts(filter_count(c), 0);  // and the block's counts
       }
-      if (grp == 0) filter_reset_global_bars();
+      if (grp == 0 && !kFilterPreset) filter_reset_global_bars();
     } else if constexpr (!Tr::kDense) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
