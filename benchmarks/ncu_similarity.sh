@@ -3,14 +3,21 @@
 # speed of light, pipe utilization (the tensor pipe), and where L2's traffic comes from (SM reads, the link
 # between the two L2 partitions, DRAM). Each variant launches three searches (random, all-zero and all-NaN
 # queries: see the probe's docstring); LAUNCHES limits how many are profiled.
-#   bash benchmarks/ncu_similarity.sh TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES]
-# writes ${OUT:-benchmarks/results}/ncu_similarity_TAG.txt, headed by the commit and the command.
+#   bash benchmarks/ncu_similarity.sh TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES] [traffic|stalls] [MACRO=VALUE]
+# writes ${OUT:-benchmarks/results}/ncu_similarity_TAG.txt, headed by the commit and the command. "stalls" reads,
+# instead of L2's traffic, why the warps wait: every smsp__average_warps_issue_stalled_*_per_issue_active.ratio
+# (cycles a warp spends stalled for that reason per issued instruction; no_instruction: instruction-cache misses)
+# and the WarpStateStats section. MACRO=VALUE compiles the variants with it (similarity_probe.py --define).
 set -uo pipefail
 if [ $# -lt 4 ]; then
   echo "usage: $0 TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES]   (SET: a --variants set of similarity_probe.py)" >&2
   exit 2
 fi
-tag=$1 shape=$2 set=$3 only=$4 launches=${5:-1}
+tag=$1 shape=$2 set=$3 only=$4 launches=${5:-1} mode=${6:-traffic} define=${7:-}
+if [ "$mode" != traffic ] && [ "$mode" != stalls ]; then
+  echo "mode '$mode': expected traffic or stalls" >&2
+  exit 2
+fi
 dir=${OUT:-benchmarks/results}
 mkdir -p "$dir"
 out="$dir/ncu_similarity_$tag.txt"
@@ -18,14 +25,20 @@ commit=${TUNELAB_GIT_COMMIT:-$(cat .tunelab-commit 2>/dev/null || git rev-parse 
 metrics=lts__t_sectors_srcunit_tex.sum,lts__t_sectors_srcunit_tex_lookup_hit.sum,lts__t_sectors_srcunit_ltcfabric.sum
 metrics+=,dram__bytes_read.sum,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed
 metrics+=,lts__lts2xbar_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed
-cmd=(ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --metrics "$metrics"
-     -k regex:similarity_topk --launch-count "$launches"
-     python3 benchmarks/similarity_probe.py --variants "$set" --only "$only" --ncu "$shape")
+sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis)
+if [ "$mode" = stalls ]; then
+  metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum'
+  sections=(--section SpeedOfLight --section WarpStateStats)
+fi
+probe=(python3 benchmarks/similarity_probe.py --variants "$set" --only "$only" --ncu "$shape")
+[ -n "$define" ] && probe+=(--define "$define")
+cmd=(ncu --clock-control none "${sections[@]}" --metrics "$metrics" -k regex:similarity_topk --launch-count "$launches"
+     "${probe[@]}")
 {
   echo "# ${cmd[*]}"
   echo "# commit $commit; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
   "${cmd[@]}" 2>&1
 } > "$out"
 rc=$?
-grep -E "similarity_topk<|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Tensor|highest-utilized|sectors|bytes_read|cycles_active" "$out" | cut -c1-150
+grep -E "similarity_topk<|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Tensor|highest-utilized|sectors|bytes_read|cycles_active|stalled|inst_executed|Warp Cycles" "$out" | cut -c1-150
 exit $rc
