@@ -13,7 +13,9 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
               csrc/kernels, holding only the files to replace: _common.kernel_variant), e.g. topk.cuh before the
               global bars, so that a kernel change is measured in one process against what it replaced
   filtered-NAME     (with --variant NAME:MACRO=VALUE[,MACRO=VALUE...], repeatable) the same MERGE=6 config compiled
-              with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh)
+              with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh); with
+              TUNELAB_SIM_FILTER_PRESET its buffers start zeroed (no bar), and its candidate count is its first
+              launch's, before any words were kept
 
 Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search

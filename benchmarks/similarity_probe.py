@@ -48,8 +48,14 @@ its indices equal to the first variant's (1.0 expected: the same products).
 ``--trace NQxN`` runs each variant's diagnosis build (compile_search(trace=True): every block writes the
 %globaltimer of its events, see TopkBlock::trace in csrc/kernels/similarity/topk.cuh) once after an L2 flush
 and prints when each event happens across the blocks (median, min, max, in us from the first block's start)
-and how long each tile group's turns take (main loop, bound pass and pre-check, queue insertion), into
-similarity_probe_SET_trace.json (thread-list configs with a TMA producer, MMA 2 and 3).
+and how long each tile group's turns take (main loop, bound pass and pre-check, queue insertion), and for the
+filtered search (MERGE=6) the steps of each group's first-tile epilogue (maxima, bounds, words, wait, stage, count,
+append), into similarity_probe_SET_trace.json (thread-list configs with a TMA producer, MMA 2 and 3).
+``--define MACRO=VALUE`` (repeatable) compiles every variant with that macro, e.g. the filtered search's experiment
+TUNELAB_SIM_FILTER_PRESET=1 (params.cuh):
+
+  python3 benchmarks/similarity_probe.py --variants filtered --only filtered --trace 100x50000 \
+      --define TUNELAB_SIM_FILTER_PRESET=1 --tag preset_h200
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
 benchmarks/results/similarity_probe_wgmma.json instead; ``--variants merge`` the running top-k strategies (thread

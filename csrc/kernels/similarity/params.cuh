@@ -160,7 +160,8 @@ constexpr int kFilterTileWord0 = 4;
 // the words the launches before it on the same buffers raised (valid only for the same queries and corpus: an
 // experiment, never a product build), and a first tile selects no bound, counts nothing and does not wait; it
 // still raises its words. It measures what a bar known up front (a pilot pass) would leave of the first tiles'
-// epilogue.
+// epilogue: on the H200 at 50K / 100 the search alone 35.7 us against 40.2 (the dense search 34.0; topk.cuh, above
+// filter_bound_pass(), has the steps).
 #ifndef TUNELAB_SIM_FILTER_PRESET
 #define TUNELAB_SIM_FILTER_PRESET 0
 #endif

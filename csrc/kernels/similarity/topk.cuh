@@ -1264,6 +1264,22 @@ struct TopkBlock {
   // column read its k words one dependent load at a time (results/similarity_filtered_words2_h200.json, where a
   // single polling thread per group measured the same as every thread polling), and the word of a first tile was
   // (split * 2 + group) mod k, which the group-0 tiles the wait counts raised only the even words of.
+  //
+  // Where a first tile's epilogue goes (H200, 50K / 100, f906385; similarity_probe.py --variants filtered --trace,
+  // the steps of trace_first(), medians over 131 blocks, results/similarity_probe_filtered_trace_steps_h200.json):
+  // group 0's takes 12.8 us against the other group's 6.9 us main loop it should hide behind: holder maxima 0.5,
+  // bounds 1.3, words 2.8 (the count's release waits for the group's atomics), wait 2.6, stage 2.3 (the words' L2
+  // loads), pre-check 1.5, appends 1.3; a later turn's epilogue takes 2.8. So group 0's second tile starts at 24.6
+  // us (the dense search's at 15.9) and the search spans 34.3 us against 22.8. With the bars known before the first
+  // tile (TUNELAB_SIM_FILTER_PRESET, params.cuh: no bound, count or wait) the first epilogue still takes 7.9 us
+  // (stage 2.6, pre-check 2.1, appends 1.8), the span is 29.4 us and the search alone 35.7 against the dense one's
+  // 34.0 (pair 41.2 against 41.7; results/similarity_filtered_preset_h200.json): a pilot pass that found the bars
+  // first could not beat the dense search. ncu (ncu_similarity.sh ... stalls, results/ncu_similarity_stalls_*_h200
+  // .txt) puts the difference from the dense search in barrier stalls (2.18 cycles per issued instruction against
+  // 0.14, on 6.7M instructions against 4.0M), then more instructions, waits and instruction-cache misses (0.60
+  // against 0.15): the epilogue's steps are L2 round trips under a saturated HBM, each behind a group barrier, on
+  // the MMA warps' path. What is left to try is taking the epilogue off that path (the accumulators to a shared
+  // score tile, filtered by warps that do not multiply).
   __device__ __forceinline__ void filter_bound_pass(const Mma& mma, const RowTerms& rt) {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
