@@ -10,7 +10,8 @@
 # and the WarpStateStats section. MACRO=VALUE compiles the variants with it (similarity_probe.py --define).
 set -uo pipefail
 if [ $# -lt 4 ]; then
-  echo "usage: $0 TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES]   (SET: a --variants set of similarity_probe.py)" >&2
+  echo "usage: $0 TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES] [traffic|stalls] [MACRO=VALUE]" \
+       "(SET: a --variants set of similarity_probe.py)" >&2
   exit 2
 fi
 tag=$1 shape=$2 set=$3 only=$4 launches=${5:-1} mode=${6:-traffic} define=${7:-}

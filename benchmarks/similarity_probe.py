@@ -294,7 +294,8 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
     span_cyc = cyc[:, TRACE_EVENTS["done"]] - cyc[:, TRACE_EVENTS["entry"]]
     span_ns = done - ns[:, TRACE_EVENTS["entry"]]
     ok = (span_ns > 0) & (span_cyc > 0)
-    return {"events": events, "turns": turns, "first_tile_steps": first, "scans": why, "span_us": float((done.max() - t0) / 1e3),
+    return {"events": events, "turns": turns, "first_tile_steps": first, "scans": why,
+            "span_us": float((done.max() - t0) / 1e3),
             "sm_clock_ghz": float(np.median(span_cyc[ok] / span_ns[ok])) if ok.any() else None,
             "smids": sorted({int(x) for x in t[:, 0, _SLOT["smid"]]})[:8]}
 
