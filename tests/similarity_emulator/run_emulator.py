@@ -1,6 +1,6 @@
 """Build and run the similarity kernels on the CPU emulator over a matrix of configs and scenarios.
 
-    python3 tests/similarity_emulator/run_emulator.py [--quick] [--jobs N] [--only 0,15]
+    python3 tests/similarity_emulator/run_emulator.py [--quick] [--jobs N] [--only 0,15] [--define MACRO=VALUE]
 
 Each kernel instance (a traits tuple) is one binary; each scenario one run. A run passes when the kernel's
 results match the float64 reference (exactly, tie rule included, for integer-valued inputs) and the emulator
@@ -127,14 +127,15 @@ def _d_for(dtype: int, vec: int, d16: int) -> int:
     return d
 
 
-def _build(defn: str, value: tuple, out_dir: Path, compiler: str) -> Path:
-    tag = hashlib.sha1(f"{defn}={value}".encode()).hexdigest()[:10]
+def _build(defn: str, value: tuple, out_dir: Path, compiler: str, defines: dict[str, str] | None = None) -> Path:
+    extra = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    tag = hashlib.sha1(f"{defn}={value} {extra}".encode()).hexdigest()[:10]
     exe = out_dir / f"emu_{defn.lower()}_{tag}"
     if exe.exists():
         return exe
     cmd = [compiler, "-std=c++17", "-O1", "-w", f"-I{HERE / 'shim'}", f"-I{RUNTIME / 'shim'}", f"-I{RUNTIME}",
            f"-I{HERE}", f"-I{KERNELS}", f"-D{defn}={','.join(map(str, value))}",
-           f"-DTUNELAB_SIM_SELECT_WINDOW={SELECT_WINDOW}", str(HERE / "emu_similarity.cpp"),
+           f"-DTUNELAB_SIM_SELECT_WINDOW={SELECT_WINDOW}", *extra, str(HERE / "emu_similarity.cpp"),
            str(RUNTIME / "emu_runtime.cpp"), "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -181,8 +182,10 @@ def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tupl
 
 
 def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | None = None,
-               compiler: str | None = None, log=print, only: list[int] | None = None) -> list[str]:
-    """Build and run the matrix; returns the failure reports (empty when everything passed)."""
+               compiler: str | None = None, log=print, only: list[int] | None = None,
+               defines: dict[str, str] | None = None) -> list[str]:
+    """Build and run the matrix (every kernel compiled with ``defines`` besides its own, e.g. an experiment macro of
+    csrc/kernels/similarity/params.cuh); returns the failure reports (empty when everything passed)."""
     compiler = compiler or os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no C++ compiler (g++) found for the emulator")
@@ -193,7 +196,7 @@ def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | No
     binaries: dict[tuple, Path] = {}
     failures: list[str] = []
     with cf.ThreadPoolExecutor(jobs) as pool:
-        builds = {(d, c): pool.submit(_build, d, c, out_dir, compiler) for d, c in {(d, c) for d, c, _ in todo}}
+        builds = {(d, c): pool.submit(_build, d, c, out_dir, compiler, defines) for d, c in {(d, c) for d, c, _ in todo}}
         for key, fut in builds.items():
             try:
                 binaries[key] = fut.result()
@@ -229,7 +232,15 @@ def main() -> int:
     ap.add_argument("--build-dir", default=None)
     ap.add_argument("--only", default=None,
                     help=f"comma-separated TOPK_CONFIGS indices (0..{len(TOPK_CONFIGS) - 1}) to run alone, no Gram")
+    ap.add_argument("--define", action="append", default=[], metavar="MACRO=VALUE",
+                    help="compile every kernel with this macro (repeatable), e.g. TUNELAB_SIM_FILTER_FIRST_LOCAL=1")
     args = ap.parse_args()
+    defines = {}
+    for text in args.define:
+        key, eq, value = text.partition("=")
+        if not key or not eq or not value:
+            ap.error(f"--define {text!r}: expected MACRO=VALUE, e.g. TUNELAB_SIM_FILTER_FIRST_LOCAL=1")
+        defines[key] = value
     only = None
     if args.only is not None:
         try:
@@ -239,7 +250,7 @@ def main() -> int:
         bad = [i for i in only if not 0 <= i < len(TOPK_CONFIGS)]
         if bad:
             ap.error(f"--only {bad}: TOPK_CONFIGS indices are 0..{len(TOPK_CONFIGS) - 1}")
-    failures = run_matrix(args.quick, args.jobs, args.build_dir, only=only)
+    failures = run_matrix(args.quick, args.jobs, args.build_dir, only=only, defines=defines)
     print(f"\n{len(failures)} failure(s)")
     return 1 if failures else 0
 

@@ -165,6 +165,12 @@ constexpr int kFilterTileWord0 = 4;
 #ifndef TUNELAB_SIM_FILTER_PRESET
 #define TUNELAB_SIM_FILTER_PRESET 0
 #endif
+// Experiment (--variant local:TUNELAB_SIM_FILTER_FIRST_LOCAL=1): a first tile filters by its block's own bounds only
+// (its group's and, with ping-pong, the other group's), with no L2 round trip on its epilogue: no count of the raises
+// (so no wait) and no staged global bar or words. It still raises them, for later tiles and the select.
+#ifndef TUNELAB_SIM_FILTER_FIRST_LOCAL
+#define TUNELAB_SIM_FILTER_FIRST_LOCAL 0
+#endif
 // Row stride of MERGE=6's candidate rows (cand_key and cand_idx) for `splits` segments of `seg_rows` entries:
 // the segments, then (in cand_idx) their counts and (in cand_key) the global words, rounded up like topk_dense_ld().
 TUNELAB_SIM_HD constexpr long long topk_filter_ld(long long splits, long long seg_rows) {

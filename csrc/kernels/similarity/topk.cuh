@@ -1299,7 +1299,8 @@ struct TopkBlock {
       if (m > -f32_inf()) global_bar_raise(tile_max_word(c, word), ordered_bits(m));
     }
     block_sync();  // every warp of the group filters by the bounds, and has raised its words
-    if (!kFilterPreset && gtid == 0 && global_bar_usable(0)) global_count_release_add(tile_max_count());
+    if (!kFilterPreset && !kFilterFirstLocal && gtid == 0 && global_bar_usable(0))
+      global_count_release_add(tile_max_count());
     trace_first(2);
   }
   // A group's first tile, with ping-pong: one thread waits until the launch's first tiles that counted their raises
@@ -1308,7 +1309,8 @@ struct TopkBlock {
   static constexpr unsigned long long kFilterWaitNs = TUNELAB_SIM_FILTER_WAIT_NS;
   static constexpr unsigned kFilterWaitPct = TUNELAB_SIM_FILTER_WAIT_PCT;
   static constexpr unsigned kFilterPollNs = TUNELAB_SIM_FILTER_POLL_NS;
-  static constexpr bool kFilterPreset = TUNELAB_SIM_FILTER_PRESET != 0;  // (an experiment: params.cuh)
+  static constexpr bool kFilterPreset = TUNELAB_SIM_FILTER_PRESET != 0;  // (experiments: params.cuh)
+  static constexpr bool kFilterFirstLocal = TUNELAB_SIM_FILTER_FIRST_LOCAL != 0;
   __device__ __forceinline__ void filter_wait_words() const {
     if (gtid == 0 && global_bar_usable(0)) {
       const unsigned need = (gridDim.y * Tr::kGroups * kFilterWaitPct + 99u) / 100u;
@@ -1353,13 +1355,13 @@ struct TopkBlock {
   // tile-maximum words a ping-pong group's later turns stage their bars before their main loops (the words are
   // raised by then; the search loop calls this there), and only first tiles here, after their bound pass.
   __device__ __forceinline__ void filter_stage_bars(int tile, bool first) {
-    if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0 && !kFilterPreset)
+    if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0 && !kFilterPreset && !kFilterFirstLocal)
       if (first) filter_wait_words();
     if (first) trace_first(3);
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       float bar = lds(filter_bound(c));
       if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(c)));
-      if (global_bar_usable(c))
+      if (!(kFilterFirstLocal && first) && global_bar_usable(c))
         bar = fmaxf(bar, fmaxf(ordered_float(global_bar_load(global_bar(c))), tile_max_bar(c)));
       sts(filter_bar(c, tile), bar);
     }
