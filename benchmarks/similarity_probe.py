@@ -74,6 +74,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DRAW_ORDERS, draw_search_inputs, kernel_variant, summarize, write_result  # noqa: E402
 from tunelab import _core  # noqa: E402
+from tunelab.errors import ConfigError  # noqa: E402
+from tunelab.kernel import parse_define  # noqa: E402
 
 D, K = 768, 10
 
@@ -365,12 +367,10 @@ def main() -> int:
                     help="compile every variant with this macro defined (repeatable), e.g. "
                          "TUNELAB_SIM_FILTER_PRESET=1 (csrc/kernels/similarity/params.cuh); recorded with the rows")
     args = ap.parse_args()
-    defines = {}
-    for text in args.define:
-        key, eq, value = text.partition("=")
-        if not key or not eq or not value:
-            ap.error(f"--define {text!r}: expected MACRO=VALUE, e.g. TUNELAB_SIM_FILTER_PRESET=1")
-        defines[key] = value
+    try:
+        defines = dict(parse_define(text) for text in args.define)
+    except ConfigError as exc:
+        ap.error(f"--define: {exc}")
     with kernel_variant(defines=defines):
         return probe(args, defines)
 

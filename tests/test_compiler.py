@@ -126,6 +126,23 @@ def test_kernel_compile_error_names_the_config():
     assert info.value.config == {"N": 3} and "N even" in str(info.value)
 
 
+def test_parse_define_splits_macro_and_value_and_names_bad_text():
+    """A command line's MACRO=VALUE (the benchmark scripts' and the emulator's --define) becomes a Kernel define that
+    reaches the preprocessor; text without a value or a C identifier is refused, named in the error."""
+    from tunelab.kernel import parse_define
+
+    assert parse_define("TUNELAB_X=1") == ("TUNELAB_X", "1")
+    assert parse_define("A=b=c") == ("A", "b=c")  # the first '=' splits
+    for bad in ("NOVALUE", "X=", "=1", "1X=2", "A-B=1"):
+        with pytest.raises(ConfigError) as info:
+            parse_define(bad)
+        assert repr(bad) in str(info.value) and "MACRO=VALUE" in str(info.value)
+    key, value = parse_define("TUNELAB_TEST_WIDTH=3")
+    k = tunelab.Kernel('__global__ void k(float* x) { static_assert(TUNELAB_TEST_WIDTH == 3, "width"); }', "k",
+                       launch=lambda c, x: (1, 1), defines={key: value})
+    k.compile({}, "sm_90")
+
+
 def test_unknown_arch_is_rejected_with_the_accepted_list():
     with pytest.raises(ConfigError) as info:
         _core.compile(SRC, EXPRS, "sm_91")

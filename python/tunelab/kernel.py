@@ -361,6 +361,17 @@ class Kernel:
         self.compile(config)(*args, stream=stream)
 
 
+def parse_define(text: str) -> tuple[str, str]:
+    """``"MACRO=VALUE"`` (a command line's compile define, e.g. an experiment macro of a kernel header) ->
+    ``("MACRO", "VALUE")``, as :class:`Kernel`'s ``defines`` take it. Raises :class:`~tunelab.errors.ConfigError`
+    naming the text when the macro or the value is missing or the macro is not a C identifier."""
+    key, eq, value = text.partition("=")
+    if not eq or not value or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise ConfigError(f"define {text!r}: expected MACRO=VALUE with MACRO a C identifier and a value, "
+                          f"e.g. TUNELAB_SIM_FILTER_PRESET=1")
+    return key, value
+
+
 def _cxx_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

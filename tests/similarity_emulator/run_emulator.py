@@ -235,12 +235,13 @@ def main() -> int:
     ap.add_argument("--define", action="append", default=[], metavar="MACRO=VALUE",
                     help="compile every kernel with this macro (repeatable), e.g. TUNELAB_SIM_FILTER_FIRST_LOCAL=1")
     args = ap.parse_args()
-    defines = {}
-    for text in args.define:
-        key, eq, value = text.partition("=")
-        if not key or not eq or not value:
-            ap.error(f"--define {text!r}: expected MACRO=VALUE, e.g. TUNELAB_SIM_FILTER_FIRST_LOCAL=1")
-        defines[key] = value
+    from tunelab.errors import ConfigError
+    from tunelab.kernel import parse_define
+
+    try:
+        defines = dict(parse_define(text) for text in args.define)
+    except ConfigError as exc:
+        ap.error(f"--define: {exc}")
     only = None
     if args.only is not None:
         try:
