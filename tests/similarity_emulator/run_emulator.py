@@ -196,7 +196,8 @@ def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | No
     binaries: dict[tuple, Path] = {}
     failures: list[str] = []
     with cf.ThreadPoolExecutor(jobs) as pool:
-        builds = {(d, c): pool.submit(_build, d, c, out_dir, compiler, defines) for d, c in {(d, c) for d, c, _ in todo}}
+        builds = {(d, c): pool.submit(_build, d, c, out_dir, compiler, defines)
+                  for d, c in {(d, c) for d, c, _ in todo}}
         for key, fut in builds.items():
             try:
                 binaries[key] = fut.result()
