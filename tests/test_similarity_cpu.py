@@ -1008,6 +1008,56 @@ def test_kernels_on_cpu_emulator_quick(tmp_path):
     assert not failures, "\n\n".join(failures)
 
 
+def _run_emulator_module():
+    sys.path.insert(0, str(HERE / "similarity_emulator"))
+    try:
+        import run_emulator
+    finally:
+        sys.path.pop(0)
+    return run_emulator
+
+
+#: TOPK_CONFIGS indices of the configs with a TMA producer (MMA 2, 3) in run_emulator.py
+TMA_EMULATOR_CONFIGS = [28, 29, 30, 31]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU emulator needs a C++ compiler")
+def test_tma_pipeline_on_cpu_emulator_with_drifting_warps(tmp_path):
+    """The TMA producer's configs (ping-pong dense, filtered and thread lists, MMA=2's shared lists: mbarriers, named
+    barriers, swizzled TMA boxes) give the reference's answers on the emulator when its warps drift apart
+    (--sched-seed), over the quick scenarios."""
+    run_emulator = _run_emulator_module()
+    assert all(run_emulator.TOPK_CONFIGS[i][12] in (2, 3) for i in TMA_EMULATOR_CONFIGS)
+    for seed in (1, 2):
+        failures = run_emulator.run_matrix(quick=True, build_dir=str(tmp_path), log=lambda *_: None,
+                                           only=TMA_EMULATOR_CONFIGS, sched_seed=seed)
+        assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU emulator needs a C++ compiler")
+def test_cpu_emulator_catches_a_missing_pingpong_order(tmp_path):
+    """The emulator's mbarriers are strict enough to matter: with the ping-pong order wait removed from topk.cuh (a
+    group would start its tile's main loop before the other group left the previous one, and wait on a stage's
+    phase it does not own), the 50K / 100 default's config no longer completes a corpus of many tiles, while the
+    unmodified kernel does."""
+    run_emulator = _run_emulator_module()
+    kernels = tmp_path / "kernels"
+    shutil.copytree(run_emulator.KERNELS, kernels)
+    topk = kernels / "similarity" / "topk.cuh"
+    order = "if (grp == 1 || turn > 0) mbar::wait(order_bar(grp), (grp == 1 ? turn : turn - 1) & 1);"
+    text = topk.read_text()
+    assert text.count(order) == 1, "the ping-pong order wait moved: update this test"
+    topk.write_text(text.replace(order, "if (false) mbar::wait(order_bar(grp), 0);"))
+    cfg = run_emulator.TOPK_CONFIGS[28]
+    args = [4, 3000, 328, 8, 1, 1, 1, 16, 1]  # 24 tiles in one split: the ring wraps many times
+    good = run_emulator._build("EMU_TOPK", cfg, tmp_path, "g++")
+    ok, text_good = run_emulator._run(good, args)
+    assert ok and "races=unchecked" in text_good, text_good
+    bad = run_emulator._build("EMU_TOPK", cfg, tmp_path, "g++", kernels=kernels)
+    ok, text_bad = run_emulator._run(bad, args)
+    assert not ok and "deadlock" in text_bad, text_bad
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU emulator needs a C++ compiler")
 def test_kernels_on_cpu_emulator_full(tmp_path):

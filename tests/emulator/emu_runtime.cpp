@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <deque>
 #include <memory>
+#include <unordered_map>
 #include <ucontext.h>
 
 namespace emu {
@@ -12,6 +13,7 @@ unsigned char* smem_buffer = nullptr;
 uint3_ block_idx, grid_dim;
 LaunchStats stats;
 bool land_late = true;
+bool races_unchecked = false;
 
 void fail(const char* fmt, ...) {
   va_list ap;
@@ -75,6 +77,22 @@ struct Word {
 };
 std::vector<Word> g_words;
 
+struct NamedBarrier {
+  int arrived[2] = {0, 0};  // per generation parity
+  int value[2][2] = {{0, 0}, {0, 0}};  // count / or accumulators per generation parity
+  long long generation = 0;
+};
+NamedBarrier g_named[16];
+// Scheduler rounds a named-barrier or mbarrier wait may take before it is a deadlock: far more than a tile's
+// epilogue takes (its warp collectives cost a round each), few enough that a deadlock fails in seconds.
+constexpr long kSyncSpins = 200000;
+struct MBarrier {
+  unsigned count = 0, pending = 0;
+  long long tx = 0, completed = 0;
+  bool live = false;
+};
+std::unordered_map<unsigned, MBarrier> g_mbars;
+
 struct GlobalRange {
   const unsigned char* lo;
   const unsigned char* hi;
@@ -110,6 +128,7 @@ bool ordered(int tid, int epoch, int wsync) {
 // A write (atomic: a shared atomic, which needs no order against an earlier atomic on the word).
 void do_write(unsigned off, int bytes, bool atomic = false) {
   ++stats.smem_writes;
+  if (races_unchecked) return;
   for (unsigned w = off / 4; w < (off + bytes + 3) / 4; ++w) {
     Word& x = g_words[w];
     if (x.w_epoch >= 0 && !(atomic && x.w_atomic) && !ordered(x.w_tid, x.w_epoch, x.w_wsync))
@@ -144,6 +163,7 @@ void note_smem_read(unsigned off, int bytes) {
   if (off + bytes > static_cast<unsigned>(g_smem_bytes))
     fail("shared read [%u, %u) beyond the %d-byte allocation (thread %d)", off, off + bytes, g_smem_bytes, g_cur->tid);
   ++stats.smem_reads;
+  if (races_unchecked) return;
   for (unsigned w = off / 4; w < (off + bytes + 3) / 4; ++w) {
     Word& x = g_words[w];
     if (x.w_epoch >= 0 && !ordered(x.w_tid, x.w_epoch, x.w_wsync)) race("read after write", w, x.w_tid);
@@ -241,6 +261,73 @@ int syncthreads_reduce(int pred, int op) {
 
 void syncthreads() { syncthreads_reduce(0, 0); }
 
+int named_barrier(int id, int count, int pred, int op) {
+  if (id < 0 || id >= 16) fail("named barrier id %d outside 0..15 (thread %d)", id, g_cur->tid);
+  if (count <= 0 || count % 32 || count > g_threads_per_block)
+    fail("named barrier %d with %d threads: a multiple of 32 up to the block's %d expected", id, count,
+         g_threads_per_block);
+  NamedBarrier& b = g_named[id];
+  const long long gen = b.generation;
+  const int par = static_cast<int>(gen & 1);
+  if (b.arrived[par] == 0) b.value[par][0] = b.value[par][1] = 0;
+  b.value[par][0] += pred ? 1 : 0;
+  b.value[par][1] |= pred ? 1 : 0;
+  if (++b.arrived[par] == count) {
+    b.arrived[par] = 0;
+    b.arrived[par ^ 1] = 0;
+    b.generation = gen + 1;
+  }
+  long spins = 0;
+  while (b.generation == gen) {
+    yield();
+    if (++spins > kSyncSpins) fail("named barrier %d deadlock (thread %d, %d threads expected)", id, g_cur->tid, count);
+  }
+  return b.value[par][op];
+}
+
+namespace {
+MBarrier& mbar_at(unsigned off, const char* what) {
+  auto it = g_mbars.find(off);
+  if (it == g_mbars.end() || !it->second.live)
+    fail("%s on shared byte %u, which holds no initialized mbarrier (thread %d)", what, off, g_cur->tid);
+  return it->second;
+}
+void mbar_settle(MBarrier& b) {
+  if (b.tx < 0) fail("mbarrier: more transaction bytes completed than expected (thread %d)", g_cur->tid);
+  if (b.pending == 0 && b.tx == 0) {
+    ++b.completed;
+    b.pending = b.count;
+  }
+}
+}  // namespace
+
+void mbar_init(unsigned off, unsigned count) {
+  if (off % 8) fail("mbarrier at shared byte %u is not 8-byte aligned", off);
+  if (count == 0) fail("mbarrier at shared byte %u initialized with no arrivals", off);
+  note_smem_write(off, 8);
+  g_mbars[off] = MBarrier{count, count, 0, 0, true};
+}
+void mbar_arrive(unsigned off, unsigned tx_bytes) {
+  MBarrier& b = mbar_at(off, "mbarrier.arrive");
+  if (b.pending == 0) fail("mbarrier at shared byte %u: more arrivals than its count (thread %d)", off, g_cur->tid);
+  b.tx += tx_bytes;
+  --b.pending;
+  mbar_settle(b);
+}
+void mbar_complete_tx(unsigned off, unsigned bytes) {
+  MBarrier& b = mbar_at(off, "complete_tx");
+  b.tx -= bytes;
+  mbar_settle(b);
+}
+void mbar_wait(unsigned off, unsigned parity) {
+  long spins = 0;
+  while ((mbar_at(off, "mbarrier.try_wait").completed & 1) == static_cast<long long>(parity & 1)) {
+    yield();
+    if (++spins > kSyncSpins) fail("mbarrier at shared byte %u: wait for parity %u deadlocks (thread %d)", off, parity,
+                                g_cur->tid);
+  }
+}
+
 void warp_collective(const char* op, const void* in, int in_bytes,
                      const std::function<void(const unsigned char* const*)>& fn) {
   Thread* t = g_cur;
@@ -287,9 +374,14 @@ bool vote_any(bool p) {
 }
 
 void launch(uint3_ grid, int threads, int smem_bytes, const std::function<void()>& kernel) {
+  static const unsigned long long g_sched_seed = [] {
+    const char* v = std::getenv("EMU_SCHED_SEED");
+    return v ? std::strtoull(v, nullptr, 10) : 0ull;
+  }();
   if (smem_bytes > kSmemCapacity) fail("smem %d beyond emulator capacity", smem_bytes);
   if (threads % 32) fail("threads must be a multiple of 32");
   grid_dim = grid;
+  races_unchecked = false;  // until the kernel uses a named barrier or an mbarrier (emu_runtime.h)
   g_threads_per_block = threads;
   g_smem_bytes = smem_bytes;
   g_kernel = &kernel;
@@ -301,6 +393,8 @@ void launch(uint3_ grid, int threads, int smem_bytes, const std::function<void()
         g_words.assign((smem_bytes + 3) / 4, Word{});
         g_slots.assign(threads / 32 * 2, WarpSlot{});
         g_barrier_arrived[0] = g_barrier_arrived[1] = 0;
+        for (auto& nb : g_named) nb = NamedBarrier{};
+        g_mbars.clear();
         g_threads.clear();
         for (int i = 0; i < threads; ++i) {
           auto th = std::make_unique<Thread>();
@@ -316,11 +410,24 @@ void launch(uint3_ grid, int threads, int smem_bytes, const std::function<void()
           makecontext(&th->ctx, entry, 0);
           g_threads.push_back(std::move(th));
         }
-        for (;;) {
+        // Jitter (EMU_SCHED_SEED set, not 0): a warp that runs may fall asleep for 1..64 rounds (1 in 8), so that
+        // warps drift apart as they do on a GPU and an order a kernel only assumes shows up (the round-robin
+        // schedule alone keeps warps in step).
+        std::vector<int> asleep(threads / 32, 0);
+        for (unsigned long long rng = g_sched_seed * 0x9E3779B97F4A7C15ull + block_idx.x + 7919ull * block_idx.y;;) {
           bool any = false;
           for (auto& th : g_threads) {
             if (th->done) continue;
             any = true;
+            if (g_sched_seed != 0 && th->lane == 0) {
+              if (asleep[th->warp] > 0) {
+                --asleep[th->warp];
+              } else {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                if ((rng >> 61) == 0) asleep[th->warp] = 1 + static_cast<int>((rng >> 40) & 63);
+              }
+            }
+            if (asleep[th->warp] > 0) continue;
             g_cur = th.get();
             swapcontext(&g_sched, &th->ctx);
           }

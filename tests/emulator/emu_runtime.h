@@ -5,14 +5,15 @@
 // (common/mma.cuh, common/cp_async.cuh) live in tests/emulator/shim.
 // Covers warp-synchronous shared-memory use (the race detector orders accesses by block barriers *and* by
 // __syncwarp within a warp; kernels without __syncwarp are ordered by barriers alone), shuffles, votes,
-// ballots, __syncthreads_or/count, tf32 MMA.
+// ballots, __syncthreads_or/count, tf32 MMA; named barriers, mbarriers and TMA copies (sm_90, numbers only).
 //
 // Every CUDA thread is a fiber (ucontext) scheduled round-robin in one OS thread. Warp collectives rendezvous
 // the 32 lanes; __syncthreads rendezvous the block. Checked besides the numbers: shared-memory races (two
 // threads touch a 4-byte word, one writes, and neither a barrier nor - within a warp - a __syncwarp orders
 // them), cp.async data read before it may have landed (destinations read as NaN until the issuing thread's
 // wait_group), cp.async sources outside the registered global buffers, warps diverging on a collective,
-// deadlocks, threads passing different numbers of barriers.
+// deadlocks, threads passing different numbers of barriers. The schedule is round-robin, or with EMU_SCHED_SEED set
+// (not 0) one where warps fall asleep for a few rounds at random, so that they drift apart as on a GPU.
 #pragma once
 
 #include <cmath>
@@ -108,6 +109,20 @@ void note_smem_atomic(unsigned off);
 void cp_async(unsigned smem_off, const void* src, int bytes, bool pred);
 void cp_async_commit();
 void cp_async_wait(int n);
+
+// sm_90 synchronization (the search's TMA producer, MMA 2 and 3). Named barriers (bar.sync id, count): `count`
+// threads rendezvous on barrier `id`; op 0 returns how many passed `pred`, op 1 whether any did. mbarriers live at a
+// shared-memory offset: init sets the arrivals a phase needs; arrive adds one arrival and `tx_bytes` expected
+// transaction bytes; complete_tx retires bytes (a TMA copy's); a phase completes when every arrival and byte is in;
+// wait(parity) returns once the phase of that parity has completed (the current phase's parity differs).
+// The race detector orders accesses by block barriers and __syncwarp only, so a launch that uses these runs with
+// races_unchecked set (its numbers, bounds, deadlocks and barrier counts are still checked).
+int named_barrier(int id, int count, int pred, int op);
+void mbar_init(unsigned off, unsigned count);
+void mbar_arrive(unsigned off, unsigned tx_bytes);
+void mbar_complete_tx(unsigned off, unsigned bytes);
+void mbar_wait(unsigned off, unsigned parity);
+extern bool races_unchecked;
 
 void register_global(const void* p, size_t bytes);
 void clear_globals();

@@ -80,6 +80,23 @@ struct Mat {
 #ifdef EMU_TOPK
 using Tr = TopkTraits<EMU_TOPK>;
 
+// MMA 2, 3 (a TMA producer): the tensor maps of the queries and of the corpus rows at corpus_base (rows of them), in
+// the emulator's encoding (shim common/tma.cuh), with the launcher's boxes (csrc/launchers/similarity.cpp).
+void set_tma_maps(SearchParams& sp, const Mat& Q, const Mat& C, const unsigned char* corpus_base, long long rows,
+                  int d) {
+  if constexpr (Tr::kTmaProducer) {
+    const auto dq = tunelab::tma::encode_2d_16bit(Q.bytes.data(), Q.rows, d, Q.stride * Q.eb(),
+                                                  Tr::kQueryRows / Tr::kCluster, Tr::kBlockK);
+    const auto dc = tunelab::tma::encode_2d_16bit(corpus_base, rows, d, C.stride * C.eb(), Tr::kBlockN, Tr::kBlockK);
+    static_assert(sizeof dq == sizeof sp.tma_queries, "a tensor map fills the parameter's 128 bytes");
+    std::memcpy(sp.tma_queries, &dq, sizeof sp.tma_queries);
+    std::memcpy(sp.tma_corpus, &dc, sizeof sp.tma_corpus);
+  } else {
+    (void)sp, (void)Q, (void)C, (void)corpus_base, (void)rows, (void)d;
+  }
+}
+bool g_races_unchecked = false;  // some search launch ran with the race detector off (named barriers, mbarriers)
+
 static bool ref_better(double ak, int ai, double bk, int bi) { return ak > bk || (ak == bk && ai < bi); }
 
 int main(int argc, char** argv) {
@@ -254,8 +271,10 @@ int main(int argc, char** argv) {
     sp.num_tiles = T;
     sp.tiles_per_split = tps;
     sp.dense_ld = ld;
+    set_tma_maps(sp, Q, C, C.bytes.data(), n, d);
     emu::launch(uint3_{static_cast<unsigned>(q_tiles), static_cast<unsigned>(splits), 1}, Tr::kLaunchThreads,
                 static_cast<int>(smem), [&] { similarity_topk<Tr>(sp); });
+    g_races_unchecked |= emu::races_unchecked;
     MergeParams mp = dense_merge_params(mat.data(), 1, n, 0, ld);
     if (Tr::kFiltered) {
       long long appended = 0;
@@ -310,8 +329,10 @@ int main(int argc, char** argv) {
     sp.num_tiles = T;
     sp.tiles_per_split = tps;
     sp.list_offset = streamed ? 1 : 0;
+    set_tma_maps(sp, Q, C, static_cast<const unsigned char*>(sp.corpus), rows, d);
     emu::launch(uint3_{static_cast<unsigned>(q_tiles), static_cast<unsigned>(splits), 1}, Tr::kLaunchThreads,
                 static_cast<int>(smem), [&] { similarity_topk<Tr>(sp); });
+    g_races_unchecked |= emu::races_unchecked;
 
     MergeParams mp{};
     mp.cand_key = cand_key.data();
@@ -401,9 +422,10 @@ int main(int argc, char** argv) {
                   emu::stats.races == 0 && emu::stats.oob == 0;
   std::printf(
       "RESULT ok=%d max_key_err=%.3g bad_order=%lld bad_key=%lld bad_set=%lld bad_exact=%lld bad_score=%lld dup=%lld "
-      "races=%lld oob=%lld splits=%d smem=%lld\n",
-      ok ? 1 : 0, max_key_err, bad_order, bad_key, bad_set, bad_exact, bad_score, dup, emu::stats.races,
-      emu::stats.oob, max_splits_seen, smem);
+      "races=%s oob=%lld splits=%d smem=%lld\n",
+      ok ? 1 : 0, max_key_err, bad_order, bad_key, bad_set, bad_exact, bad_score, dup,
+      g_races_unchecked ? "unchecked" : std::to_string(emu::stats.races).c_str(), emu::stats.oob, max_splits_seen,
+      smem);
   return ok ? 0 : 1;
 }
 #endif  // EMU_TOPK

@@ -1,10 +1,14 @@
 """Build and run the similarity kernels on the CPU emulator over a matrix of configs and scenarios.
 
     python3 tests/similarity_emulator/run_emulator.py [--quick] [--jobs N] [--only 0,15] [--define MACRO=VALUE]
+        [--sched-seed N]
 
 Each kernel instance (a traits tuple) is one binary; each scenario one run. A run passes when the kernel's
 results match the float64 reference (exactly, tie rule included, for integer-valued inputs) and the emulator
-saw no shared-memory race, no premature read of cp.async data and no out-of-bounds copy. Used by
+saw no shared-memory race, no premature read of cp.async data and no out-of-bounds copy (configs with a TMA
+producer, MMA 2 and 3, synchronize by mbarriers and named barriers, which the race detector does not order: their
+runs report races=unchecked and check the rest). --sched-seed N (EMU_SCHED_SEED in a binary's environment) lets
+warps drift apart (tests/emulator/emu_runtime.cpp), so that an order a kernel only assumes shows up. Used by
 tests/test_similarity_cpu.py (a quick subset) and by hand after kernel changes (the full matrix).
 """
 from __future__ import annotations
@@ -62,12 +66,18 @@ TOPK_CONFIGS = [
     (2, 2, 64, 16, 32, 2, 2, 3, 16, 5, 128, 1, 4),    # fp32 l2, dense, two warps along the queries (one n8 tile each)
     (2, 1, 128, 8, 16, 4, 1, 2, 4, 3, 64, 1, 4),      # fp32 cosine, thread lists, 64-byte slices, 4-byte copies
     (2, 0, 128, 8, 32, 4, 1, 2, 16, 6, 64, 1, 4),     # fp32 ip, filtered: 32 holders
+    # a TMA producer warpgroup (MMA 2, 3: mbarriers, named barriers, TMA boxes; races unchecked, see emu_runtime.h)
+    (0, 0, 128, 104, 64, 8, 1, 4, 16, 5, 64, 1, 3),   # fp16 ip, ping-pong dense: the 50K / 100 default
+    (0, 0, 128, 104, 64, 8, 1, 4, 16, 6, 64, 1, 3),   # fp16 ip, ping-pong filtered: words and the bounded wait
+    (1, 1, 192, 72, 64, 8, 1, 4, 16, 3, 64, 1, 3),    # bf16 cosine, ping-pong thread lists, 192-row tiles
+    (0, 2, 128, 32, 64, 8, 1, 5, 16, 2, 128, 1, 2),   # fp16 l2, MMA=2: two warpgroups split a tile, shared lists
 ]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
 #: the first two thread-list ones, the per-thread bound selection, two dense ones, the cvt tf32 split (19: the
 #: Veltkamp split runs in 3), three filtered ones (the last: its per-thread bound selection, k up to 32) and the
-#: FFMA main loop with the nq <= 8 default's layout
-QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23, 24]
+#: FFMA main loop with the nq <= 8 default's layout; the ping-pong dense, filtered and thread-list configs (the sm_90
+#: defaults at nq = 100 with and without a corpus size)
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23, 24, 28, 29, 30]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [
@@ -127,14 +137,15 @@ def _d_for(dtype: int, vec: int, d16: int) -> int:
     return d
 
 
-def _build(defn: str, value: tuple, out_dir: Path, compiler: str, defines: dict[str, str] | None = None) -> Path:
+def _build(defn: str, value: tuple, out_dir: Path, compiler: str, defines: dict[str, str] | None = None,
+           kernels: Path = KERNELS) -> Path:
     extra = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
-    tag = hashlib.sha1(f"{defn}={value} {extra}".encode()).hexdigest()[:10]
+    tag = hashlib.sha1(f"{defn}={value} {extra} {kernels}".encode()).hexdigest()[:10]
     exe = out_dir / f"emu_{defn.lower()}_{tag}"
     if exe.exists():
         return exe
     cmd = [compiler, "-std=c++17", "-O1", "-w", f"-I{HERE / 'shim'}", f"-I{RUNTIME / 'shim'}", f"-I{RUNTIME}",
-           f"-I{HERE}", f"-I{KERNELS}", f"-D{defn}={','.join(map(str, value))}",
+           f"-I{HERE}", f"-I{kernels}", f"-D{defn}={','.join(map(str, value))}",
            f"-DTUNELAB_SIM_SELECT_WINDOW={SELECT_WINDOW}", *extra, str(HERE / "emu_similarity.cpp"),
            str(RUNTIME / "emu_runtime.cpp"), "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -143,8 +154,9 @@ def _build(defn: str, value: tuple, out_dir: Path, compiler: str, defines: dict[
     return exe
 
 
-def _run(exe: Path, args: list) -> tuple[bool, str]:
-    r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600)
+def _run(exe: Path, args: list, sched_seed: int = 0) -> tuple[bool, str]:
+    env = dict(os.environ, EMU_SCHED_SEED=str(sched_seed)) if sched_seed else None
+    r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
     lines = (r.stdout + r.stderr).strip().splitlines()
     last = lines[-1] if lines else f"(no output, exit {r.returncode})"
     ok = r.returncode == 0 and (last.startswith("RESULT ok=1") or last.startswith("RESULT skip"))
@@ -166,6 +178,10 @@ def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tupl
                 # wgmma: several 64-element slices per tile (and a short last one), so that an MMA group is in
                 # flight across the barrier that precedes a stage's refill
                 d16 = max(d16, 136)
+            if len(cfg) > 12 and cfg[12] in (2, 3):
+                # a TMA producer: more slices per tile than stages (and a short last one), so that the ring wraps
+                # within a tile and a wait on the wrong phase of a stage reads a slice that is not there
+                d16 = max(d16, 328)
             d = _d_for(cfg[0], cfg[8], d16)
             if chunks == 0:
                 d = _d_for(cfg[0], 16, d16)  # its GEMM copies 16 bytes
@@ -183,9 +199,10 @@ def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tupl
 
 def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | None = None,
                compiler: str | None = None, log=print, only: list[int] | None = None,
-               defines: dict[str, str] | None = None) -> list[str]:
+               defines: dict[str, str] | None = None, sched_seed: int = 0, kernels: Path = KERNELS) -> list[str]:
     """Build and run the matrix (every kernel compiled with ``defines`` besides its own, e.g. an experiment macro of
-    csrc/kernels/similarity/params.cuh); returns the failure reports (empty when everything passed)."""
+    csrc/kernels/similarity/params.cuh, from the kernel tree ``kernels``; ``sched_seed`` not 0: warps drift apart,
+    EMU_SCHED_SEED); returns the failure reports (empty when everything passed)."""
     compiler = compiler or os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no C++ compiler (g++) found for the emulator")
@@ -196,7 +213,7 @@ def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | No
     binaries: dict[tuple, Path] = {}
     failures: list[str] = []
     with cf.ThreadPoolExecutor(jobs) as pool:
-        builds = {(d, c): pool.submit(_build, d, c, out_dir, compiler, defines)
+        builds = {(d, c): pool.submit(_build, d, c, out_dir, compiler, defines, Path(kernels))
                   for d, c in {(d, c) for d, c, _ in todo}}
         for key, fut in builds.items():
             try:
@@ -207,7 +224,7 @@ def run_matrix(quick: bool = False, jobs: int | None = None, build_dir: str | No
         runs = {}
         for d, c, args in todo:
             if (d, c) in binaries:
-                runs[pool.submit(_run, binaries[(d, c)], args)] = (d, c, args)
+                runs[pool.submit(_run, binaries[(d, c)], args, sched_seed)] = (d, c, args)
         executed: set = set()
         for fut in cf.as_completed(runs):
             d, c, args = runs[fut]
@@ -233,6 +250,8 @@ def main() -> int:
     ap.add_argument("--build-dir", default=None)
     ap.add_argument("--only", default=None,
                     help=f"comma-separated TOPK_CONFIGS indices (0..{len(TOPK_CONFIGS) - 1}) to run alone, no Gram")
+    ap.add_argument("--sched-seed", type=int, default=0,
+                    help="not 0: warps drift apart by this seed's schedule (EMU_SCHED_SEED, emu_runtime.cpp)")
     ap.add_argument("--define", action="append", default=[], metavar="MACRO=VALUE",
                     help="compile every kernel with this macro (repeatable), e.g. TUNELAB_SIM_FILTER_FIRST_LOCAL=1")
     args = ap.parse_args()
@@ -252,7 +271,8 @@ def main() -> int:
         bad = [i for i in only if not 0 <= i < len(TOPK_CONFIGS)]
         if bad:
             ap.error(f"--only {bad}: TOPK_CONFIGS indices are 0..{len(TOPK_CONFIGS) - 1}")
-    failures = run_matrix(args.quick, args.jobs, args.build_dir, only=only, defines=defines)
+    failures = run_matrix(args.quick, args.jobs, args.build_dir, only=only, defines=defines,
+                          sched_seed=args.sched_seed)
     print(f"\n{len(failures)} failure(s)")
     return 1 if failures else 0
 

@@ -57,8 +57,9 @@ inline void global_words_reset4(unsigned*) {}
 inline void global_count_release_add(unsigned* a) { *a += 1u; }
 inline unsigned global_count_acquire(const unsigned* a) { return *a; }
 inline void spin_pause_ns(unsigned) {}
-// A clock that advances 1 us a read, for the first tiles' bounded wait (ping-pong only, which the emulator does not
-// run; the declarations keep the wait's code compiling): it would give up after a few reads.
+// A clock that advances 1 us a read, for the ping-pong first tiles' bounded wait: the emulator runs one block at a
+// time, so a block's count holds the first tiles of the blocks before it and none after, and where those fall short
+// of the wait's share the wait gives up after a few reads (kFilterWaitNs).
 inline unsigned long long spin_clock_ns() {
   static unsigned long long t = 0;
   return t += 1000;
