@@ -73,6 +73,16 @@ __device__ __forceinline__ void warp_keep(bool keep, float key, int ix, float* b
   kept += popc(keep_mask);
 }
 
+// The answer from a warp's running top 32 (rk, ri: best first, one pair per lane): lane r < k writes query q's entry
+// r (write_merged(): a missing entry (-inf, INT_MAX) has no index), with |q|^2 from qnorm for cosine and l2.
+template <int METRIC>
+__device__ __forceinline__ void warp_write_top(const MergeParams& p, int q, const float* qnorm, float rk, int ri,
+                                               int k, int lane) {
+  float qn2 = 0.f;
+  if constexpr (METRIC != kIP) qn2 = lds(qnorm);
+  if (lane < k) write_merged<METRIC>(p, q, lane, ri != 0x7fffffff, rk, ri, qn2);
+}
+
 // Kept entries bkey / bidx[0 .. count) (count <= 32), sorted across the warp, into the running top 32 (rk, ri: one
 // pair per lane, best first); once it holds k entries its k-th raises `bound` (nothing below it enters).
 __device__ __forceinline__ void warp_merge_kept(const float* bkey, const int* bidx, int count, float& rk,
@@ -178,9 +188,7 @@ __global__ void __launch_bounds__(32) similarity_merge_sorted(const __grid_const
   if (kept > 0) warp_merge_kept(bkey, bidx, kept, rk, ri, bound, k, lane);
 
   syncwarp();
-  float qn2 = 0.f;
-  if constexpr (METRIC != kIP) qn2 = lds(qnorm);
-  if (lane < k) write_merged<METRIC>(p, q, lane, ri != 0x7fffffff, rk, ri, qn2);
+  warp_write_top<METRIC>(p, q, qnorm, rk, ri, k, lane);
 }
 
 }  // namespace sim

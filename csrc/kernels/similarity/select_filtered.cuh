@@ -33,7 +33,7 @@
 // params.cuh: kFilterSelectKept kept entries (8 bytes each), the round's counts, 16 bytes for |q|^2.
 #pragma once
 
-#include "similarity/merge_sorted.cuh"  // warp_sort_pairs, warp_merge_sorted_pairs; MergeParams' helpers
+#include "similarity/merge_sorted.cuh"  // warp_keep, warp_merge_kept, warp_write_top; MergeParams' helpers
 
 namespace tunelab {
 namespace sim {
@@ -128,9 +128,7 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
   merge_kept();
 
   // 3. the answer
-  float qn2 = 0.f;
-  if constexpr (METRIC != kIP) qn2 = lds(qnorm);
-  if (lane < k) write_merged<METRIC>(p, q, lane, ri != 0x7fffffff, rk, ri, qn2);
+  warp_write_top<METRIC>(p, q, qnorm, rk, ri, k, lane);
 }
 
 }  // namespace sim

@@ -1385,11 +1385,11 @@ struct TopkBlock {
   // counts by shuffles and one of them taking the atomic (8 lanes' atomics on one word are no slower than that): 9.0
   // and 5.9. With the global bars staged (filter_stage_bars()): 7.9 and 4.1
   // (results/similarity_probe_filtered_trace_gbar_h100.json), but 2.3x fewer candidates for the select.
-  __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile, bool first, bool bars_staged) {
+  __device__ __forceinline__ void filter_epilogue(const Mma& mma, int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
     if (first) filter_bound_pass(mma, rt);
-    if (!bars_staged) filter_stage_bars(tile, first);
+    if (first || !Tr::kPingPong) filter_stage_bars(tile, first);  // (a ping-pong group's later turns: staged already)
     constexpr int KEYS = 2 * MT;  // a thread's keys of one column
     unsigned bits[(NT * 2 * KEYS + 31) / 32];
 #pragma unroll
@@ -1452,9 +1452,8 @@ struct TopkBlock {
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
-  // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it). `bars_staged`
-  // (MERGE=6): the tile's bars were staged before its main loop (filter_stage_bars()).
-  __device__ __forceinline__ void epilogue(Mma& mma, int tile, bool first, bool bars_staged = false) {
+  // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it).
+  __device__ __forceinline__ void epilogue(Mma& mma, int tile, bool first) {
     const int g = lane >> 2, t = lane & 3;
     const int row0 = tile * BN;
     // MMA 0 and 1 pass block barriers in every main-loop slice, so the previous tile's epilogue is over everywhere
@@ -1482,7 +1481,7 @@ struct TopkBlock {
       return;
     }
     if constexpr (Tr::kFiltered) {
-      filter_epilogue(mma, tile, first, bars_staged);
+      filter_epilogue(mma, tile, first);
       return;
     }
     if constexpr (Tr::kThreadLists) {
@@ -1856,7 +1855,7 @@ struct TopkBlock {
         wg::fence_operands(mma.acc);
         release((it - 1) % Tr::kStages);
         trace_turn_event(1);
-        epilogue(mma, tile, turn == 0, Tr::kFiltered && Tr::kPingPong && turn > 0);
+        epilogue(mma, tile, turn == 0);
         trace_turn_event(3);
         mma.zero();
       }
