@@ -13,9 +13,7 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
               csrc/kernels, holding only the files to replace: _common.kernel_variant), e.g. topk.cuh before the
               global bars, so that a kernel change is measured in one process against what it replaced
   filtered-NAME     (with --variant NAME:MACRO=VALUE[,MACRO=VALUE...], repeatable) the same MERGE=6 config compiled
-              with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh); with
-              TUNELAB_SIM_FILTER_PRESET its buffers start zeroed (no bar), and its candidate count is its first
-              launch's, before any words were kept
+              with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh)
 
 Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search
@@ -68,8 +66,6 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
     for name, defines in (defined or {}).items():
         with kernel_variant(defines=defines):
             out[f"filtered-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
-        if defines.get("TUNELAB_SIM_FILTER_PRESET", "0") != "0":  # its words start at no bar (params.cuh)
-            out[f"filtered-{name}"].ck.zero_()
     return out
 
 

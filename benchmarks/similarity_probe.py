@@ -51,11 +51,11 @@ and prints when each event happens across the blocks (median, min, max, in us fr
 and how long each tile group's turns take (main loop, bound pass and pre-check, queue insertion), and for the
 filtered search (MERGE=6) the steps of each group's first-tile epilogue (maxima, bounds, words, wait, stage, count,
 append), into similarity_probe_SET_trace.json (thread-list configs with a TMA producer, MMA 2 and 3).
-``--define MACRO=VALUE`` (repeatable) compiles every variant with that macro, e.g. the filtered search's experiment
-TUNELAB_SIM_FILTER_PRESET=1 (params.cuh):
+``--define MACRO=VALUE`` (repeatable) compiles every variant with that macro, e.g. the filtered search's wait
+(params.cuh):
 
   python3 benchmarks/similarity_probe.py --variants filtered --only filtered --trace 100x50000 \
-      --define TUNELAB_SIM_FILTER_PRESET=1 --tag preset_h200
+      --define TUNELAB_SIM_FILTER_WAIT_NS=0 --tag nowait_h200
 
 ``--variants wgmma`` probes the wgmma main loop (MMA=1, sm_90) against the default and writes
 benchmarks/results/similarity_probe_wgmma.json instead; ``--variants merge`` the running top-k strategies (thread
@@ -365,7 +365,7 @@ def main() -> int:
                          "as variants ('study 1', ...), to see how they do at other shapes")
     ap.add_argument("--define", action="append", default=[], metavar="MACRO=VALUE",
                     help="compile every variant with this macro defined (repeatable), e.g. "
-                         "TUNELAB_SIM_FILTER_PRESET=1 (csrc/kernels/similarity/params.cuh); recorded with the rows")
+                         "TUNELAB_SIM_FILTER_WAIT_NS=0 (csrc/kernels/similarity/params.cuh); recorded with the rows")
     args = ap.parse_args()
     try:
         defines = dict(parse_define(text) for text in args.define)

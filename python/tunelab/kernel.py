@@ -368,7 +368,7 @@ def parse_define(text: str) -> tuple[str, str]:
     key, eq, value = text.partition("=")
     if not eq or not value or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         raise ConfigError(f"define {text!r}: expected MACRO=VALUE with MACRO a C identifier and a value, "
-                          f"e.g. TUNELAB_SIM_FILTER_PRESET=1")
+                          f"e.g. TUNELAB_SIM_FILTER_WAIT_NS=0")
     return key, value
 
 

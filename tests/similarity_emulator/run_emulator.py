@@ -253,7 +253,7 @@ def main() -> int:
     ap.add_argument("--sched-seed", type=int, default=0,
                     help="not 0: warps drift apart by this seed's schedule (EMU_SCHED_SEED, emu_runtime.cpp)")
     ap.add_argument("--define", action="append", default=[], metavar="MACRO=VALUE",
-                    help="compile every kernel with this macro (repeatable), e.g. TUNELAB_SIM_FILTER_FIRST_LOCAL=1")
+                    help="compile every kernel with this macro (repeatable), e.g. TUNELAB_SIM_FILTER_WAIT_NS=0")
     args = ap.parse_args()
     from tunelab.errors import ConfigError
     from tunelab.kernel import parse_define

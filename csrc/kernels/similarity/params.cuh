@@ -155,26 +155,6 @@ constexpr int kFilterTileWord0 = 4;
 #ifndef TUNELAB_SIM_FILTER_POLL_NS
 #define TUNELAB_SIM_FILTER_POLL_NS 256
 #endif
-// Experiment (benchmarks/similarity_filtered.py --variant preset:TUNELAB_SIM_FILTER_PRESET=1): the search as if
-// its bars were known before the first tile. The words are not reset at the block's start, so a launch filters by
-// the words the launches before it on the same buffers raised (valid only for the same queries and corpus: an
-// experiment, never a product build), and a first tile selects no bound, counts nothing and does not wait; it
-// still raises its words. It measures what a bar known up front (a pilot pass) would leave of the first tiles'
-// epilogue: on the H200 at 50K / 100 the search alone 35.7 us against 40.2 (the dense search 34.0; topk.cuh, above
-// filter_bound_pass(), has the steps).
-#ifndef TUNELAB_SIM_FILTER_PRESET
-#define TUNELAB_SIM_FILTER_PRESET 0
-#endif
-// Experiment (--variant local:TUNELAB_SIM_FILTER_FIRST_LOCAL=1): a first tile filters by its block's own bounds only
-// (its group's and, with ping-pong, the other group's), with no L2 round trip on its epilogue: no count of the raises
-// (so no wait) and no staged global bar or words. It still raises them, for later tiles and the select. On the H200
-// at 50K / 100 (results/similarity_filtered_local_h200.json, similarity_probe_filtered_trace_local_h200.json) group
-// 0's first epilogue took 7.7 us against 12.8 and the trace build's span 30.7 against 34.3, but the search alone
-// 39.5 against 39.9 us, and its 2,708 candidates a query (against 48) took the select to 23.8 us: pair 60.6 against
-// 45.9 (the dense default 41.5). The answers equal the dense search's.
-#ifndef TUNELAB_SIM_FILTER_FIRST_LOCAL
-#define TUNELAB_SIM_FILTER_FIRST_LOCAL 0
-#endif
 // Row stride of MERGE=6's candidate rows (cand_key and cand_idx) for `splits` segments of `seg_rows` entries:
 // the segments, then (in cand_idx) their counts and (in cand_key) the global words, rounded up like topk_dense_ld().
 TUNELAB_SIM_HD constexpr long long topk_filter_ld(long long splits, long long seg_rows) {

@@ -1270,11 +1270,16 @@ struct TopkBlock {
   // group 0's takes 12.8 us against the other group's 6.9 us main loop it should hide behind: holder maxima 0.5,
   // bounds 1.3, words 2.8 (the count's release waits for the group's atomics), wait 2.6, stage 2.3 (the words' L2
   // loads), pre-check 1.5, appends 1.3; a later turn's epilogue takes 2.8. So group 0's second tile starts at 24.6
-  // us (the dense search's at 15.9) and the search spans 34.3 us against 22.8. With the bars known before the first
-  // tile (TUNELAB_SIM_FILTER_PRESET, params.cuh: no bound, count or wait) the first epilogue still takes 7.9 us
-  // (stage 2.6, pre-check 2.1, appends 1.8), the span is 29.4 us and the search alone 35.7 against the dense one's
-  // 34.0 (pair 41.2 against 41.7; results/similarity_filtered_preset_h200.json): a pilot pass that found the bars
-  // first could not beat the dense search. ncu (ncu_similarity.sh ... stalls, results/ncu_similarity_stalls_*_h200
+  // us (the dense search's at 15.9) and the search spans 34.3 us against 22.8. Two experiment builds, measured and
+  // removed: with the bars known before the first tile (f906385, TUNELAB_SIM_FILTER_PRESET: words kept from the
+  // launches before on the same buffers, no bound, count or wait) the first epilogue still took 7.9 us (stage 2.6,
+  // pre-check 2.1, appends 1.8), the span 29.4 us and the search alone 35.7 against the dense one's 34.0 (pair 41.2
+  // against 41.7; results/similarity_filtered_preset_h200.json, similarity_probe_filtered_trace_preset_h200.json):
+  // a pilot pass that found the bars first could not beat the dense search. With a first tile filtering by its
+  // block's own bounds only, no L2 round trip on its epilogue (562d056, TUNELAB_SIM_FILTER_FIRST_LOCAL) the first
+  // epilogue took 7.7 us and the span 30.7, but the search alone 39.5 against 39.9 us, and its 2,708 candidates a
+  // query (against 48) took the select to 23.8 us: pair 60.6 against 45.9 (results/similarity_filtered_local_h200
+  // .json). ncu (ncu_similarity.sh ... stalls, results/ncu_similarity_stalls_*_h200
   // .txt) puts the difference from the dense search in barrier stalls (2.18 cycles per issued instruction against
   // 0.14, on 6.7M instructions against 4.0M), then more instructions, waits and instruction-cache misses (0.60
   // against 0.15): the epilogue's steps are L2 round trips under a saturated HBM, each behind a group barrier, on
@@ -1284,12 +1289,11 @@ struct TopkBlock {
     store_holder_maxima(mma, rt, Tr::kFilterPitch);
     block_sync();
     trace_first(0);
-    if constexpr (!kFilterPreset)
-      select_bounds(Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; },
-                    [&](int c, float b) {
-                      sts(filter_bound(c), b);
-                      if (b > -f32_inf() && global_bar_usable(c)) global_bar_raise(global_bar(c), ordered_bits(b));
-                    });
+    select_bounds(Tr::kFilterPitch, [&](int c) { return q0 + c < p.nq; },
+                  [&](int c, float b) {
+                    sts(filter_bound(c), b);
+                    if (b > -f32_inf() && global_bar_usable(c)) global_bar_raise(global_bar(c), ordered_bits(b));
+                  });
     trace_first(1);
     const int word = (static_cast<int>(blockIdx.y) + grp * (p.k >> 1)) % p.k;
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
@@ -1299,8 +1303,7 @@ struct TopkBlock {
       if (m > -f32_inf()) global_bar_raise(tile_max_word(c, word), ordered_bits(m));
     }
     block_sync();  // every warp of the group filters by the bounds, and has raised its words
-    if (!kFilterPreset && !kFilterFirstLocal && gtid == 0 && global_bar_usable(0))
-      global_count_release_add(tile_max_count());
+    if (gtid == 0 && global_bar_usable(0)) global_count_release_add(tile_max_count());
     trace_first(2);
   }
   // A group's first tile, with ping-pong: one thread waits until the launch's first tiles that counted their raises
@@ -1309,8 +1312,6 @@ struct TopkBlock {
   static constexpr unsigned long long kFilterWaitNs = TUNELAB_SIM_FILTER_WAIT_NS;
   static constexpr unsigned kFilterWaitPct = TUNELAB_SIM_FILTER_WAIT_PCT;
   static constexpr unsigned kFilterPollNs = TUNELAB_SIM_FILTER_POLL_NS;
-  static constexpr bool kFilterPreset = TUNELAB_SIM_FILTER_PRESET != 0;  // (experiments: params.cuh)
-  static constexpr bool kFilterFirstLocal = TUNELAB_SIM_FILTER_FIRST_LOCAL != 0;
   __device__ __forceinline__ void filter_wait_words() const {
     if (gtid == 0 && global_bar_usable(0)) {
       const unsigned need = (gridDim.y * Tr::kGroups * kFilterWaitPct + 99u) / 100u;
@@ -1355,13 +1356,13 @@ struct TopkBlock {
   // tile-maximum words a ping-pong group's later turns stage their bars before their main loops (the words are
   // raised by then; the search loop calls this there), and only first tiles here, after their bound pass.
   __device__ __forceinline__ void filter_stage_bars(int tile, bool first) {
-    if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0 && !kFilterPreset && !kFilterFirstLocal)
+    if constexpr (Tr::kGroups == 2 && kFilterWaitNs > 0)
       if (first) filter_wait_words();
     if (first) trace_first(3);
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       float bar = lds(filter_bound(c));
       if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(c)));
-      if (!(kFilterFirstLocal && first) && global_bar_usable(c))
+      if (global_bar_usable(c))
         bar = fmaxf(bar, fmaxf(ordered_float(global_bar_load(global_bar(c))), tile_max_bar(c)));
       sts(filter_bar(c, tile), bar);
     }
@@ -1772,7 +1773,7 @@ struct TopkBlock {
         sts(filter_bound(c), -f32_inf());  // this group's bounds
         if (grp == 0) sts(filter_count(c), 0);  // and the block's counts
       }
-      if (grp == 0 && !kFilterPreset) filter_reset_global_bars();
+      if (grp == 0) filter_reset_global_bars();
     } else if constexpr (!Tr::kDense) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
