@@ -71,12 +71,18 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     """``NAME:MACRO=VALUE[,MACRO=VALUE...]`` (--variant) -> (NAME, {MACRO: VALUE})."""
+    from tunelab.errors import ConfigError
+    from tunelab.kernel import parse_define
+
     name, sep, rest = text.partition(":")
-    pairs = [p.partition("=") for p in rest.split(",") if p]
-    if not name or not sep or not pairs or any(not k or not eq or not v for k, eq, v in pairs):
+    try:
+        if not name or not sep:
+            raise ConfigError("no 'NAME:' before the macros")
+        return name, dict(parse_define(pair) for pair in rest.split(","))
+    except ConfigError as exc:
         raise argparse.ArgumentTypeError(
-            f"--variant {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. nowait:TUNELAB_SIM_FILTER_WAIT_NS=0")
-    return name, {k: v for k, _, v in pairs}
+            f"--variant {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 "
+            f"({exc})") from None
 
 
 def candidates(prep: Prepared) -> dict:
