@@ -9,13 +9,16 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
               without N
   dense       default_config for the shape's store bucket (at most DENSE_MAX_N) with MERGE=5
   filtered    the same config with MERGE=6
+  warps       the same config with MERGE=7 (MERGE=6's rows and select, filtered by the TMA producer's spare warps;
+              only where that config has the TMA producer, MMA 2 or 3)
   filtered-before   (with --before DIR) the same MERGE=6 config compiled from DIR's headers (laid out as
               csrc/kernels, holding only the files to replace: _common.kernel_variant), e.g. topk.cuh before the
               global bars, so that a kernel change is measured in one process against what it replaced
   filtered-NAME     (with --variant NAME:MACRO=VALUE[,MACRO=VALUE...], repeatable) the same MERGE=6 config compiled
-              with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh)
+              with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh); and
+              warps-NAME, the MERGE=7 config with them, where there is a warps arm
 
-Checks: the filtered search's indices and scores equal the dense search's (the same main loop, so the same keys,
+Checks: the filtered searches' indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search
 appended (mean and largest; the select reads those), and at 50K / 100 the fused, dense and filtered arms' two
 kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
@@ -63,9 +66,14 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
     if before is not None:
         with kernel_variant(headers=before):
             out["filtered-before"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
+    warps = sim.uses_tma(dense)
+    if warps:
+        out["warps"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
     for name, defines in (defined or {}).items():
         with kernel_variant(defines=defines):
             out[f"filtered-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
+            if warps:
+                out[f"warps-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
     return out
 
 
@@ -118,12 +126,13 @@ def main() -> int:
         fns = variants(nq, n, dtype, q, c, args.before, defined)
         cand = candidates(fns["filtered"])
         cand_before = candidates(fns["filtered-before"]) if args.before else None
-        cand_variants = {name: candidates(fns[f"filtered-{name}"]) for name in defined}
+        cand_variants = {name: candidates(fns[name]) for name in fns
+                         if name.startswith(("filtered-", "warps")) and name != "filtered-before"}
         for f in fns.values():
             f()
         torch.cuda.synchronize()
         same = all(torch.equal(fns[a].indices, fns["dense"].indices) and torch.equal(fns[a].scores, fns["dense"].scores)
-                   for a in fns if a.startswith("filtered"))
+                   for a in fns if a.startswith(("filtered", "warps")))
         fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
@@ -142,12 +151,15 @@ def main() -> int:
                                                            "rows": rows}, args.tag)
     print(f"wrote {path}")
     arms = (("torch", "fused", "dense", "filtered") + (("filtered-before",) if args.before else ())
-            + tuple(f"filtered-{name}" for name in defined))
+            + tuple(f"filtered-{name}" for name in defined) + ("warps",) + tuple(f"warps-{name}" for name in defined))
     print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")
     for r in rows:
         cells = []
         for k in arms:
-            v = r["variants"][k]
+            v = r["variants"].get(k)
+            if v is None:  # (no warps arm without the TMA producer)
+                cells.append(f"{'-':>15}")
+                continue
             sp = v.get("speedup_vs_torch", {}).get("estimate")
             cells.append(f"{v['us']['median']:8.1f}" + (f" {sp:5.2f}x" if sp else " " * 7))
         gain = r["variants"]["filtered"]["speedup_vs_dense"]

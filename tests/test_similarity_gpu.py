@@ -290,15 +290,16 @@ def test_dense_search_matches_fused_and_reference():
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="the filtered search's ping-pong configs: sm_90 only")
-def test_filtered_search_matches_dense_and_reference():
-    """MERGE=6 (the keys that reach their block's bar to the split's segment of a candidate row, then the select
+@pytest.mark.parametrize("merge", [6, 7])
+def test_filtered_search_matches_dense_and_reference(merge):
+    """MERGE=6, and MERGE=7 where the dense config has the TMA producer (16-bit inputs), (the keys that reach their block's bar to the split's segment of a candidate row, then the select
     over the segments) gives the dense search's answer on the same main loop (bit-identical keys, same tie rule) for
     every metric (fp16) and dtype (bf16 with l2, fp32 with ip: each pair is two more compiles, and the suite has to
     fit a device call), k from 1 to 32, N not a multiple of a tile, and on a new corpus after an old one; its
     segment counts (filter_counts) fit their segments and reach k per query, far fewer than N at 60K rows (under 5%,
     which the global bars make: 7.7% without them), also where the candidate buffers start out holding bars above
     every key; rows that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an
-    explicit MERGE=6."""
+    explicit MERGE=6 or 7."""
     from tunelab.errors import InputError
     from tunelab.tuning.families.similarity import check_topk
 
@@ -307,7 +308,9 @@ def test_filtered_search_matches_dense_and_reference():
         q, c = _inputs(dt, nq=nq, n=n, d=D_WG, seed=nq + 5)
         dense = sim.default_config(nq, 10, dt, D_WG, n=65536)
         assert dense["MERGE"] == sim.MERGE_DENSE, dense
-        filtered = dict(dense, MERGE=sim.MERGE_FILTERED)
+        if merge == sim.MERGE_FILTER_WARPS and not sim.uses_tma(dense):
+            continue  # (MERGE=7: the producer warpgroup's spare warps filter)
+        filtered = dict(dense, MERGE=merge)
         for metric in METRICS if dt == "float16" else ("l2",) if dt == "bfloat16" else ("ip",):
             for k in (1, 10, 32):
                 s, i = sim.similarity_search(q, c, k, metric=metric, config=filtered)
@@ -341,10 +344,10 @@ def test_filtered_search_matches_dense_and_reference():
     row = torch.randint(-2, 3, (1, D_WG), device="cuda").to(torch.float16)
     tied = row.repeat(3000, 1)
     qt = torch.randint(-2, 3, (5, D_WG), device="cuda").to(torch.float16)
-    cfg = dict(sim.default_config(16, 10, "float16", D_WG, n=4096), MERGE=sim.MERGE_FILTERED)
+    cfg = dict(sim.default_config(16, 10, "float16", D_WG, n=4096), MERGE=merge)
     _, it = sim.similarity_search(qt, tied, 10, config=cfg)
     assert torch.equal(it.cpu(), torch.arange(10).repeat(5, 1))
-    with pytest.raises(InputError, match="MERGE=6"):
+    with pytest.raises(InputError, match=f"MERGE={merge}"):
         sim.similarity_search(qt, tied, 10, config=cfg, memory_budget=64 << 20)
 
 

@@ -97,6 +97,7 @@ void bind_similarity(py::module_& m) {
         s.attr("MERGE_SELECT") = static_cast<int>(ts::kMergeSelect);
         s.attr("MERGE_DENSE") = static_cast<int>(ts::kMergeDense);  // the search's MERGE value that writes the keys
         s.attr("MERGE_FILTERED") = static_cast<int>(ts::kMergeFiltered);  // ... that writes the keys that reach a bar
+        s.attr("MERGE_FILTER_WARPS") = static_cast<int>(ts::kMergeFilterWarps);  // ... the same, by spare warps
         s.attr("MERGE_FILTER_SELECT") = static_cast<int>(ts::kMergeFilterSelect);
         s.attr("SELECT_MAX_K") = static_cast<int>(ts::kSelectMaxK);
         s.attr("FILTER_WORDS") = static_cast<int>(ts::kFilterWords);  // MERGE=6's global words per query

@@ -51,9 +51,10 @@ const std::map<std::string, std::vector<long long>>& topk_param_choices() {
             {"WARPS_Q", {1, 2, 4}},          // warps along the queries
             {"STAGES", {2, 3, 4, 5, 6}},     // cp.async ring depth
             {"VEC", {4, 8, 16}},             // bytes per cp.async
-            {"MERGE", {0, 1, 2, 3, 4, 5, 6}},  // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32),
-                                               // 5 dense: every key to an nq x N matrix, then the select kernel;
-                                               // 6 filtered: the keys that reach their block's bar, then the select
+            {"MERGE", {0, 1, 2, 3, 4, 5, 6, 7}},  // 0 rank merge, 1 bitonic, 2 hybrid, 3/4 thread lists (k <= 16/32),
+                                                  // 5 dense: every key to an nq x N matrix, then the select kernel;
+                                                  // 6 filtered: the keys that reach their block's bar, then the
+                                                  // select; 7 = 6 filtered by the producer warpgroup (MMA 2, 3)
             {"EPI_ROWS", {64, 128}},         // corpus rows per top-k epilogue pass (score tile height)
             {"MIN_BLOCKS", {1, 2}},          // __launch_bounds__ minimum blocks per SM (2: <= 128 registers)
             {"MMA", {0, 1, 2, 3, 4}},        // 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by TMA,
@@ -150,9 +151,12 @@ TopkConfig topk_validate(const Config& config, int dtype, int metric) {
                               "the tiles; got WARPS_N=" + std::to_string(c.warps_n) + " (use MMA=2 for one warpgroup)");
         if (c.mma == 3 && c.merge < 3)
             config_error(fam, "MMA=3 (ping-pong warpgroups) needs thread lists (MERGE 3 or 4) or no lists (MERGE 5, "
-                              "6): each warpgroup keeps its own; got MERGE=" + std::to_string(c.merge) +
+                              "6, 7): each warpgroup keeps its own; got MERGE=" + std::to_string(c.merge) +
                               " (use MMA=2 for MERGE 0..2)");
     }
+    if (tunelab::sim::topk_filter_warps(c.merge) && !tunelab::sim::topk_uses_tma(c.mma))
+        config_error(fam, "MERGE=7 (keys filtered by the producer warpgroup's spare warps) needs the TMA producer, MMA "
+                          "2 or 3; got MMA=" + std::to_string(c.mma) + ": use MERGE=6 (filtered by the MMA warps)");
     // options of the TMA producer: anything but their off value needs MMA 2 or 3
     auto needs_tma = [&](bool ok, const char* name, int value, const char* what, int off) {
         if (!ok)
@@ -188,7 +192,8 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     // pre-check's hit flags [WARPS_N][BLOCK_Q] (thread lists: each part's k-th key). Ping-pong (MMA=3) has a score
     // tile and row norms per warpgroup; a cluster's stages hold topk_query_rows() query rows. MERGE=5 (dense) has
     // the ring and the row norms only; MERGE=6 (filtered) also the filter region (per group and query column,
-    // topk_filter_pitch() words) in the score tile's place.
+    // topk_filter_pitch() words) in the score tile's place; MERGE=7 one score tile for the block with the filter
+    // warps' words and mbarriers (topk_filter_tile_bytes()).
     const bool thread_lists = tunelab::sim::topk_thread_lists(c.merge);
     const bool no_lists = !tunelab::sim::topk_keeps_lists(c.merge);
     const long long row_bytes = static_cast<long long>(c.block_k) * element_bytes(dtype);
@@ -197,7 +202,8 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const long long groups = tunelab::sim::topk_tile_groups(c.mma);
     const int group_warps = c.warps_n * c.warps_q / static_cast<int>(groups);
     const long long score =
-        tunelab::sim::topk_filtered(c.merge)
+        tunelab::sim::topk_filter_warps(c.merge) ? tunelab::sim::topk_filter_tile_bytes(c.block_q, c.block_n)
+        : tunelab::sim::topk_filtered(c.merge)
             ? groups * c.block_q * tunelab::sim::topk_filter_pitch(group_warps, c.warps_q) * 4LL
             : no_lists ? 0 : groups * c.block_q * (epi + 4) * 4;
     const long long scratch = thread_lists || no_lists ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;

@@ -231,9 +231,11 @@ int main(int argc, char** argv) {
                 G::kSmemBytes, [&] { similarity_gram<G>(gp); });
     run_merge(dense_merge_params(mat.data(), L, len, len, pitch));
   }
+  // MERGE 6, 7: the search appends the keys that reach the bars to candidate rows
+  constexpr bool kRows = topk_filtered(Tr::kMerge);
   if (Tr::kNoLists) {  // MERGE=5: the search writes the dense key matrix, the select kernel takes each row's best k;
-                       // MERGE=6: the search appends the keys that reach the bars, the select takes each row's best k
-    if (chunks != 1 || k > kSelectMaxK) {  // the launcher and the ops take MERGE 5, 6 for one corpus, k <= 32
+                       // MERGE 6, 7: the select takes each candidate row's best k
+    if (chunks != 1 || k > kSelectMaxK) {  // the launcher and the ops take MERGE 5..7 for one corpus, k <= 32
       std::printf("RESULT skip MERGE=%d takes one corpus (chunks=%d) and k <= %d (k=%d)\n", Tr::kMerge, chunks,
                   kSelectMaxK, k);
       return 0;
@@ -243,13 +245,13 @@ int main(int argc, char** argv) {
     const int tps = (T + splits - 1) / splits;
     splits = (T + tps - 1) / tps;
     max_splits_seen = splits;
-    // MERGE=6: a segment per split, then the segments' counts (in mat_idx)
+    // MERGE 6, 7: a segment per split, then the segments' counts (in mat_idx)
     const int seg_rows = tps * Tr::kBlockN;
-    const int ld = static_cast<int>(Tr::kFiltered ? topk_filter_ld(splits, seg_rows) : topk_dense_ld(n));
+    const int ld = static_cast<int>(kRows ? topk_filter_ld(splits, seg_rows) : topk_dense_ld(n));
     std::vector<float> mat(static_cast<size_t>(nq) * ld, 777.f);  // padding past n (or the counts) is never read
-    std::vector<int> mat_idx(Tr::kFiltered ? static_cast<size_t>(nq) * ld : 0, 777);
+    std::vector<int> mat_idx(kRows ? static_cast<size_t>(nq) * ld : 0, 777);
     emu::register_global(mat.data(), mat.size() * sizeof(float));
-    if (Tr::kFiltered) {
+    if (kRows) {
       emu::register_global(mat_idx.data(), mat_idx.size() * sizeof(int));
       // the queries' global words (cand_key after the segments, kFilterWords) start at no bar: on the GPU every block
       // resets its queries' words at its start, before any block raises one; the shim's reset does nothing, since
@@ -261,7 +263,7 @@ int main(int argc, char** argv) {
     sp.queries = Q.bytes.data();
     sp.corpus = C.bytes.data();
     sp.cand_key = mat.data();
-    sp.cand_idx = Tr::kFiltered ? mat_idx.data() : nullptr;
+    sp.cand_idx = kRows ? mat_idx.data() : nullptr;
     sp.q_stride = Q.stride;
     sp.c_stride = C.stride;
     sp.nq = nq;
@@ -276,7 +278,7 @@ int main(int argc, char** argv) {
                 static_cast<int>(smem), [&] { similarity_topk<Tr>(sp); });
     g_races_unchecked |= emu::races_unchecked;
     MergeParams mp = dense_merge_params(mat.data(), 1, n, 0, ld);
-    if (Tr::kFiltered) {
+    if (kRows) {
       long long appended = 0;
       for (int q = 0; q < nq; ++q)
         for (int s = 0; s < splits; ++s) appended += mat_idx[static_cast<size_t>(q) * ld + splits * seg_rows + s];

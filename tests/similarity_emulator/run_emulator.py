@@ -71,13 +71,18 @@ TOPK_CONFIGS = [
     (0, 0, 128, 104, 64, 8, 1, 4, 16, 6, 64, 1, 3),   # fp16 ip, ping-pong filtered: words and the bounded wait
     (1, 1, 192, 72, 64, 8, 1, 4, 16, 3, 64, 1, 3),    # bf16 cosine, ping-pong thread lists, 192-row tiles
     (0, 2, 128, 32, 64, 8, 1, 5, 16, 2, 128, 1, 2),   # fp16 l2, MMA=2: two warpgroups split a tile, shared lists
+    # filter warps (MERGE=7): the MMA warps copy each tile to shared memory, the producer warpgroup's spare warps
+    # filter it into MERGE=6's candidate rows (score tile handover by mbarriers, their bars staged ahead)
+    (0, 0, 128, 104, 64, 8, 1, 4, 16, 7, 64, 1, 3),   # fp16 ip, ping-pong: the 50K / 100 candidate default
+    (1, 2, 64, 40, 64, 4, 1, 3, 16, 7, 128, 1, 2),    # bf16 l2, MMA=2 with one MMA warpgroup, 2 keys a filter lane
+    (0, 1, 192, 24, 64, 8, 1, 4, 16, 7, 64, 1, 3),    # fp16 cosine, ping-pong 192-row tiles, 6 keys a filter lane
 ]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
 #: the first two thread-list ones, the per-thread bound selection, two dense ones, the cvt tf32 split (19: the
 #: Veltkamp split runs in 3), three filtered ones (the last: its per-thread bound selection, k up to 32) and the
 #: FFMA main loop with the nq <= 8 default's layout; the ping-pong dense, filtered and thread-list configs (the sm_90
-#: defaults at nq = 100 with and without a corpus size)
-QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23, 24, 28, 29, 30]
+#: defaults at nq = 100 with and without a corpus size); two filter-warp configs (ping-pong and MMA=2)
+QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23, 24, 28, 29, 30, 32, 33]
 
 # (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
 TOPK_SCENARIOS = [

@@ -120,9 +120,25 @@ TUNELAB_SIM_HD constexpr bool topk_dense(int merge) { return merge == kMergeDens
 // stays exact, ties included). No state outlives the launch: every block resets its queries' global words at its
 // start, and the select kernel reads the counts the search wrote.
 constexpr int kMergeFiltered = 6;
-TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeFiltered; }
-// MERGE 5 and 6: no running top-k in the search (the select kernel after it takes the k best).
+// 7 (filter warps) writes the same candidate rows and words as 6, but its MMA warps only copy each tile's keys to a
+// shared score tile, and three warps of the producer warpgroup (MMA 2, 3), which do not multiply, filter them there
+// (TopkBlock::filter_warps_run()): the bounds, the words, their waits and the appends leave the tensor cores' path.
+constexpr int kMergeFilterWarps = 7;
+TUNELAB_SIM_HD constexpr bool topk_filter_warps(int merge) { return merge == kMergeFilterWarps; }
+// MERGE 6 and 7: the search's output is candidate rows (the layout above), read by the filtered select.
+TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeFiltered || merge == kMergeFilterWarps; }
+// MERGE 5, 6 and 7: no running top-k in the search (the select kernel after it takes the k best).
 TUNELAB_SIM_HD constexpr bool topk_keeps_lists(int merge) { return merge <= 4; }
+// MERGE=7's shared memory past the ring: the score tile ([BLOCK_Q][BLOCK_N + 4] floats: = 4 mod 32 words, so that
+// the MMA warps' fragment stores are conflict-free), per query column 4 words (the staged bar, the block's bound,
+// the block's count, one unused), and three mbarriers (the tile is full; the filter warps are done with an even
+// tile, with an odd one) in 32 bytes.
+TUNELAB_SIM_HD constexpr int topk_filter_tile_pitch(int block_n) { return block_n + 4; }
+TUNELAB_SIM_HD constexpr int topk_filter_tile_bytes(int block_q, int block_n) {
+  return block_q * topk_filter_tile_pitch(block_n) * 4 + block_q * 16 + 32;
+}
+// MERGE=7: the producer warpgroup's warps 1..3 filter (named barrier 4 over them).
+constexpr int kFilterWarpCount = 3;
 // Accumulator holders of one query column in a tile group (the bound passes of MERGE 3, 4 and 6): 8 lanes of every
 // warp row of the group.
 TUNELAB_SIM_HD constexpr int topk_column_holders(int group_warps, int warps_q) { return 8 * group_warps / warps_q; }

@@ -447,7 +447,10 @@ struct TopkTraits {
   // MMA 2, 3 with two MMA warpgroups: registers per thread after the reconfiguration (128 x 24 + 256 x 240 =
   // 384 x 168, the launch's allocation)
   static constexpr bool kMoveRegisters = kTmaProducer && kWarps == 8;
-  static constexpr int kProducerRegs = 24, kMmaRegs = 240;
+  // MERGE=7: the producer warpgroup's filter warps need ~72 (their staging loads, tile_max_bar()): 128 x 72 +
+  // 256 x 216 = 384 x 168 (with 40 or 56, ptxas of CUDA 13.0 spills)
+  static constexpr int kProducerRegs = topk_filter_warps(MERGE_) ? 72 : 24;
+  static constexpr int kMmaRegs = topk_filter_warps(MERGE_) ? 216 : 240;
   static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
   static constexpr int kRowBytes = kBlockK * kElemBytes;  // one pipeline slice of a row
   static constexpr int kKSteps = kRowBytes / 32;
@@ -475,7 +478,10 @@ struct TopkTraits {
   // list bookkeeping in shared memory
   static constexpr bool kDense = topk_dense(kMerge);
   // MERGE=6: no running top-k either; the keys that reach their query's bar go to its candidate row (filter_epilogue())
-  static constexpr bool kFiltered = topk_filtered(kMerge);
+  static constexpr bool kFiltered = kMerge == kMergeFiltered;
+  // MERGE=7: the MMA warps copy every key of a tile to one shared score tile (dump_epilogue()), and the producer
+  // warpgroup's other three warps filter it into the candidate rows of MERGE=6 (filter_warps_run())
+  static constexpr bool kFilterWarps = topk_filter_warps(kMerge);
   static constexpr bool kNoLists = !topk_keeps_lists(kMerge);
   static constexpr int kHolders = topk_column_holders(kGroupWarps, kWarpsQ);
   static constexpr int kFilterPitch = topk_filter_pitch(kGroupWarps, kWarpsQ);
@@ -490,8 +496,13 @@ struct TopkTraits {
   static constexpr int kScoreOffset = kStages * kStageBytes;
   // per tile group; MERGE=6: the filter region instead, per column its holders' maxima, its bound and (group 0's)
   // the block's count (topk_filter_pitch())
-  static constexpr int kScoreBytes = kFiltered ? kBlockQ * kFilterPitch * 4 : kDense ? 0 : kBlockQ * kScorePitch * 4;
-  static constexpr int kScratchOffset = kScoreOffset + kGroups * kScoreBytes;
+  // MERGE=7: one score tile for the block (topk_filter_tile_bytes()), the filter warps' words and mbarriers
+  static constexpr int kScoreBytes = kFilterWarps ? topk_filter_tile_bytes(kBlockQ, kBlockN)
+                                     : kFiltered  ? kBlockQ * kFilterPitch * 4
+                                     : kDense     ? 0
+                                                  : kBlockQ * kScorePitch * 4;
+  static constexpr int kScoreRegions = kFilterWarps ? 1 : kGroups;
+  static constexpr int kScratchOffset = kScoreOffset + kScoreRegions * kScoreBytes;
   static constexpr int kScratchBytes = kThreadLists || kNoLists ? 0 : kWarps * kEpiRows * 8;  // per warp: keys, indices
   static constexpr int kNormOffset = kScratchOffset + kScratchBytes;
   static constexpr int kNormBytes = kNorms ? kBlockN * 4 : 0;  // squared norms of a tile's corpus rows (per group)
@@ -532,8 +543,10 @@ struct TopkTraits {
   static_assert(kThreads >= 64 && kThreads <= 512, "2 to 16 warps");
   static_assert(kStages >= 2 && kStages <= 6, "STAGES 2..6");
   static_assert(kVec == 4 || kVec == 8 || kVec == 16, "VEC 4, 8 or 16 bytes");
-  static_assert(kMerge >= 0 && kMerge <= 6,
-                "MERGE 0 (rank), 1 (bitonic), 2 (hybrid), 3 / 4 (thread lists), 5 (dense), 6 (filtered)");
+  static_assert(kMerge >= 0 && kMerge <= 7,
+                "MERGE 0 (rank), 1 (bitonic), 2 (hybrid), 3 / 4 (thread lists), 5 (dense), 6 (filtered), 7 (filter "
+                "warps)");
+  static_assert(!kFilterWarps || kTmaProducer, "MERGE=7: the producer warpgroup's warps filter (MMA 2, 3)");
   static_assert(EPI_ROWS_ == 64 || EPI_ROWS_ == 128, "EPI_ROWS 64 or 128");
   static_assert(kMinBlocks == 1 || kMinBlocks == 2, "MIN_BLOCKS 1 or 2");
   static_assert(!kThreadLists || kPartRows % 4 == 0, "thread lists: float4 reads of each part's rows");
@@ -551,7 +564,7 @@ struct TopkTraits {
   static_assert(kMetaBytes % 8 == 0, "mbarriers are 8-byte aligned");
   static_assert(!kTmaProducer || kMinBlocks == 1, "MMA 2, 3: MIN_BLOCKS = 1 (the register reconfiguration's sizes)");
   static_assert(!kPingPong || (kWarps == 8 && (kThreadLists || kNoLists)),
-                "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3 .. 6");
+                "MMA=3: two MMA warpgroups (WARPS_N = 8), MERGE 3 .. 7");
   static_assert(!kWgmma || kStageBytes % 1024 == 0, "wgmma path: 1024-byte aligned tiles (SWIZZLE_128B atoms)");
   static_assert(topk_cluster_ok(kCluster, kMma), "CLUSTER 1, or 2 or 4 with MMA 2, 3 (TMA multicast)");
   static_assert(topk_prefetch_ok(kPrefetchTiles, kMma), "PREFETCH 0, or 1 or 2 with MMA 2, 3 (TMA L2 prefetch)");
@@ -1451,6 +1464,205 @@ struct TopkBlock {
       if (q0 + c < p.nq) p.cand_idx[static_cast<long long>(q0 + c) * p.dense_ld + at] = lds(filter_count(c));
   }
 
+  // MERGE=7 (filter warps; params.cuh topk_filter_warps()). The filtered epilogue above costs a first tile 12.8 us
+  // of L2 round trips behind group barriers on the MMA warps' path (its comment). Here the MMA warps only copy each
+  // tile's keys (metric applied; NaN for rows past n) to one shared score tile, [BQ][FP] floats, and go on with
+  // their next tile; warps 1..3 of the producer warpgroup, which do not multiply, take the tile from there: its
+  // bounds and words, the waits for the other blocks' words, the appends. Mbarriers hand the tile over: full
+  // (every thread of the dumping tile group arrives after its stores) and empty[m & 1] (every filter thread arrives
+  // after its reads of the block's m-th tile). The m-th tile is the m-th completion of full, and its dump waits for
+  // the filter to be done with tile m - 1, completion (m - 1) / 2 of empty[(m - 1) & 1], so the tiles pass in order
+  // whichever group dumps them. Two empty barriers, because a parity wait tells only whether the barrier's phase is
+  // one or two ahead: with ping-pong, group 0 may reach tile 2's dump while the filter still holds tile 0 (waiting
+  // for the other blocks' words), and one barrier's wait for its completion 1 would pass at phase 0 (the CPU
+  // emulator's deadlock check caught it). A group's previous dump waited on the same barrier for the completion
+  // before, so its wait is exact.
+  //
+  // The filter warps, per tile (each warp owns the query columns c = fw, fw + 3, ...; a lane holds rows
+  // lane * FR .. + FR - 1 of a column):
+  //   1. Every column: the k-th largest of the lanes' maxima bounds it (k lanes supply k distinct keys at least as
+  //      large, as in filter_bound_pass()); it raises the block's bound (shared) and the query's global bar, and the
+  //      tile's largest key raises tile-maximum word (tile mod k), so that each word is a key of its own tiles' rows
+  //      and the smallest of the k words, once all are raised, bounds the answer too (filter_bound_pass() says why
+  //      the answer stays exact with these bars, ties included). MERGE=6 raises the words on first tiles only; here
+  //      the raises cost the MMA warps nothing, so every tile raises.
+  //   2. First tile: one thread adds the block to the block row's count of first tiles that raised their words,
+  //      then waits (TUNELAB_SIM_FILTER_WAIT_PCT / _NS) for the other blocks' - only the filter warps wait: the MMA
+  //      warps multiply the next tile meanwhile - and the warps stage each column's bar: the largest of the block's
+  //      bound, the global bar and the smallest word (filter_stage_bars()'s loads).
+  //   3. Every key of a column at least its bar (NaN never passes) goes to the split's segment of the query's
+  //      candidate row with its index (a warp's ballots place them; the column's count is the owning warp's).
+  //   4. The tile is released (empty); if another follows, the bars are staged again for it now, while the MMA
+  //      warps multiply it, so that its filter waits for no L2 load.
+  // At the end the counts go to the rows (as filter_write_counts()). The filtered select reads the rows, the global
+  // bar and the words as after MERGE=6.
+  static constexpr int FP = topk_filter_tile_pitch(BN);
+  static constexpr int FR = BN / 32;  // keys of a column per filter lane
+  static constexpr int FT = 32 * kFilterWarpCount;
+  __device__ __forceinline__ float* fw_tile() const { return reinterpret_cast<float*>(smem + Tr::kScoreOffset); }
+  __device__ __forceinline__ float* fw_bar(int c) const { return fw_tile() + BQ * FP + 4 * c; }
+  __device__ __forceinline__ float* fw_bound(int c) const { return fw_tile() + BQ * FP + 4 * c + 1; }
+  __device__ __forceinline__ int* fw_count(int c) const { return reinterpret_cast<int*>(fw_tile() + BQ * FP + 4 * c + 2); }
+  __device__ __forceinline__ unsigned fw_full_bar() const {
+    return smem_u32(smem) + static_cast<unsigned>(Tr::kScoreOffset + BQ * FP * 4 + BQ * 16);
+  }
+  __device__ __forceinline__ unsigned fw_empty_bar(int m) const { return fw_full_bar() + 8u + 8u * (m & 1); }
+  __device__ __forceinline__ void fw_sync() const { mbar::named_sync(4, FT); }
+
+  // The MMA warps' side: the block's m-th tile's keys to the score tile, once the filter warps are done with the
+  // tile before it.
+  __device__ __forceinline__ void dump_epilogue(const Mma& mma, int tile, int m) {
+    const int g = lane >> 2, t = lane & 3;
+    if (m > 0) mbar::wait(fw_empty_bar(m - 1), ((m - 1) >> 1) & 1);
+    const RowTerms rt = row_terms(tile);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float* dst = fw_tile() + query_col(nt, e, t) * FP;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            sts(dst + row_of(mt, h, g), rt.valid[mt][h] ? key_raw(mma, rt, mt, nt, h, e) : f32_nan());
+      }
+    }
+    mbar::arrive(fw_full_bar());
+  }
+
+  // A filter lane's keys of column c (rows lane * FR ..).
+  __device__ __forceinline__ void fw_load(int c, float (&x)[FR]) const {
+    const float* src = fw_tile() + c * FP + lane * FR;
+    if constexpr (FR % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < FR; i += 4) {
+        const float4 v = lds4(src + i);
+        x[i] = v.x;
+        x[i + 1] = v.y;
+        x[i + 2] = v.z;
+        x[i + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < FR; i += 2) {
+        const float2 v = *reinterpret_cast<const float2*>(src + i);
+        x[i] = v.x;
+        x[i + 1] = v.y;
+      }
+    }
+  }
+  // Step 1 for column c (the owning warp): returns the column's bound of this tile (every lane).
+  __device__ __forceinline__ float fw_raise(int c, int tile, const float (&x)[FR]) const {
+    float mx = -f32_inf();
+#pragma unroll
+    for (int i = 0; i < FR; ++i) mx = fmaxf(mx, x[i]);  // (fmaxf drops NaN: rows past n, NaN keys)
+    float top = mx;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, shfl_xor_f(top, o));
+    const float b = warp_kth_largest(mx, p.k, lane);
+    if (lane == 0) {
+      if (b > lds(fw_bound(c))) sts(fw_bound(c), b);
+      if (global_bar_usable(c)) {
+        if (b > -f32_inf()) global_bar_raise(global_bar(c), ordered_bits(b));
+        if (top > -f32_inf()) global_bar_raise(tile_max_word(c, tile % p.k), ordered_bits(top));
+      }
+    }
+    return b;
+  }
+  // Step 2's and 4's staging: every column's bar for the next filter (one thread per column, loads in flight
+  // together), then the filter warps' barrier.
+  __device__ __forceinline__ void fw_stage_bars(int ftid) const {
+    for (int c = ftid; c < BQ; c += FT) {
+      float bar = lds(fw_bound(c));
+      if (global_bar_usable(c))
+        bar = fmaxf(bar, fmaxf(ordered_float(global_bar_load(global_bar(c))), tile_max_bar(c)));
+      sts(fw_bar(c), bar);
+    }
+    fw_sync();
+  }
+  // Step 3 for column c (the owning warp): the keys at least `bar` to the split's segment.
+  __device__ __forceinline__ void fw_append(int c, int tile, float bar, const float (&x)[FR]) const {
+    bool pass[FR];
+    int before = 0, total = 0;
+#pragma unroll
+    for (int i = 0; i < FR; ++i) {
+      pass[i] = x[i] >= bar;
+      const unsigned b = ballot(pass[i]);
+      before += popc(b & lanemask_lt(lane));
+      total += popc(b);
+    }
+    if (total == 0) return;
+    const int base = lds(fw_count(c));
+    syncwarp();  // every lane has read the count
+    if (lane == 0) sts(fw_count(c), base + total);
+    const long long seg = static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
+    long long at = static_cast<long long>(q0 + c) * p.dense_ld + seg + base + before;
+    const int id0 = static_cast<int>(p.index_base) + tile * BN + lane * FR;
+#pragma unroll
+    for (int i = 0; i < FR; ++i) {
+      if (pass[i]) {
+        if constexpr (!kTrace) p.cand_key[at] = x[i];  // (trace: its stamps)
+        p.cand_idx[at] = id0 + i;
+        ++at;
+      }
+    }
+  }
+
+  // The filter warps' side (warps kWarps + 1 .. kWarps + 3), for the block's ntiles tiles from tile_begin.
+  __device__ __forceinline__ void filter_warps_run(int tile_begin, int ntiles) {
+    const int fw = warp - Tr::kWarps - 1;
+    const int ftid = tid - 32 * (Tr::kWarps + 1);
+    for (int c = ftid; c < BQ; c += FT) {
+      sts(fw_bar(c), -f32_inf());
+      sts(fw_bound(c), -f32_inf());
+      sts(fw_count(c), 0);
+      if (global_bar_usable(c))
+        for (int w = 0; w < kFilterTileWord0 + p.k; w += 4) global_words_reset4(global_bar(c) + w);
+    }
+    fw_sync();
+    float x[FR];
+    for (int m = 0; m < ntiles; ++m) {
+      const int tile = tile_begin + m;
+      mbar::wait(fw_full_bar(), m & 1);
+      if (m == 0) {
+        for (int c = fw; c < BQ; c += kFilterWarpCount) {
+          if (q0 + c >= p.nq) break;
+          fw_load(c, x);
+          fw_raise(c, tile, x);
+        }
+        fw_sync();  // every column's raises are done
+        if (ftid == 0 && global_bar_usable(0)) {
+          global_count_release_add(tile_max_count());
+          const unsigned need = (gridDim.y * kFilterWaitPct + 99u) / 100u;
+          const unsigned long long t0 = spin_clock_ns();
+          while (global_count_acquire(tile_max_count()) < need && spin_clock_ns() - t0 < kFilterWaitNs)
+            spin_pause_ns(kFilterPollNs);
+        }
+        fw_sync();
+        fw_stage_bars(ftid);
+        for (int c = fw; c < BQ; c += kFilterWarpCount) {
+          if (q0 + c >= p.nq) break;
+          fw_load(c, x);
+          fw_append(c, tile, lds(fw_bar(c)), x);
+        }
+      } else {
+        for (int c = fw; c < BQ; c += kFilterWarpCount) {
+          if (q0 + c >= p.nq) break;
+          fw_load(c, x);
+          const float b = fw_raise(c, tile, x);
+          fw_append(c, tile, fmaxf(lds(fw_bar(c)), b), x);
+        }
+      }
+      mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
+      fw_sync();                     // every column's bound and count of this tile is in place
+      if (m + 1 < ntiles) fw_stage_bars(ftid);
+    }
+    const long long at = static_cast<long long>(gridDim.y) * p.tiles_per_split * BN + blockIdx.y;
+    for (int c = ftid; c < BQ; c += FT)
+      if (q0 + c < p.nq) p.cand_idx[static_cast<long long>(q0 + c) * p.dense_ld + at] = lds(fw_count(c));
+    if (ftid == 0) trace(kTraceDone);
+  }
+
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
   // then each warp turns its columns into keys (metric applied) and offers them to their running lists. `first`:
   // the tile group's first tile of the split (thread lists and MERGE=6 run their bound pass on it).
@@ -1483,6 +1695,10 @@ struct TopkBlock {
     }
     if constexpr (Tr::kFiltered) {
       filter_epilogue(mma, tile, first);
+      return;
+    }
+    if constexpr (Tr::kFilterWarps) {
+      dump_epilogue(mma, tile, tile - static_cast<int>(blockIdx.y) * p.tiles_per_split);
       return;
     }
     if constexpr (Tr::kThreadLists) {
@@ -1743,6 +1959,11 @@ struct TopkBlock {
         if constexpr (Tr::kPingPong) {
           for (int g = 0; g < 2; ++g) mbar::init(order_bar(g), Tr::kGroupWarps);  // the other group's warps
         }
+        if constexpr (Tr::kFilterWarps) {
+          mbar::init(fw_full_bar(), Tr::kGroupThreads);  // every thread of the dumping tile group
+          mbar::init(fw_empty_bar(0), FT);               // every filter thread (even tiles)
+          mbar::init(fw_empty_bar(1), FT);               // (odd tiles)
+        }
         mbar::fence_init();
       }
       // the last barrier of the whole block: the producer warpgroup leaves here (clusters: of the whole cluster, which
@@ -1755,6 +1976,8 @@ struct TopkBlock {
           if (lane == 0) trace(kTraceProducerStart);
           produce(tile_begin, tile_end, total);
           if (lane == 0) trace(kTraceProducerDone);
+        } else if constexpr (Tr::kFilterWarps) {
+          filter_warps_run(tile_begin, ntiles);
         }
         return;
       }
@@ -1774,7 +1997,7 @@ struct TopkBlock {
         if (grp == 0) sts(filter_count(c), 0);  // and the block's counts
       }
       if (grp == 0) filter_reset_global_bars();
-    } else if constexpr (!Tr::kDense) {
+    } else if constexpr (!Tr::kNoLists) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
         sts(meta + 4 * c + 1, 0);
@@ -1918,8 +2141,8 @@ struct TopkBlock {
       mma_warps_sync();
       filter_write_counts();
     }
-    if constexpr (Tr::kNoLists) {  // the keys are written; nothing else is
-      if (tid == 0) trace(kTraceDone);
+    if constexpr (Tr::kNoLists) {  // the keys are written; nothing else is (MERGE=7: the filter warps' end is done)
+      if (tid == 0 && !Tr::kFilterWarps) trace(kTraceDone);
       return;
     }
     // An empty split still writes k missing entries per query; the meta init must be visible to every warp.

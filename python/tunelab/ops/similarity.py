@@ -99,6 +99,11 @@ MERGE_DENSE = int(_S.MERGE_DENSE)
 #: split's segment of a candidate row per query; the select kernel takes each row's k best (params.cuh
 #: ``topk_filtered``).
 MERGE_FILTERED = int(_S.MERGE_FILTERED)
+#: ``MERGE=6``'s candidate rows and select, but the MMA warps only copy each tile's keys to shared memory and three
+#: spare warps of the TMA producer's warpgroup filter them (``MMA`` 2 or 3; topk.cuh ``filter_warps_run``).
+MERGE_FILTER_WARPS = int(_S.MERGE_FILTER_WARPS)
+#: The MERGE values whose search writes candidate rows for the filtered select.
+MERGES_FILTERED = (MERGE_FILTERED, MERGE_FILTER_WARPS)
 SELECT_MAX_K = int(_S.SELECT_MAX_K)
 #: Candidate-list workspace cap: more splits than this would need are merged in fewer, longer splits.
 WORKSPACE_CAP_BYTES = 256 << 20
@@ -647,12 +652,12 @@ class CompiledSearch:
     @property
     def filtered(self) -> bool:
         """Whether the search appends the keys that reach their query's bar to a candidate row per query
-        (``MERGE=6``)."""
-        return self.config["MERGE"] == MERGE_FILTERED
+        (``MERGE`` 6 or 7)."""
+        return self.config["MERGE"] in MERGES_FILTERED
 
     @property
     def selects(self) -> bool:
-        """Whether the search keeps no top-k and the select kernel follows it (``MERGE`` 5 or 6)."""
+        """Whether the search keeps no top-k and the select kernel follows it (``MERGE`` 5, 6 or 7)."""
         return self.dense or self.filtered
 
     def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):

@@ -236,7 +236,7 @@ def search_streamed(queries, corpus, k: int, *, metric: str = "ip", config: Mapp
     queries = sim._row_strided(queries)
     row_bytes = d_pad * eb
     cfg = dict(config) if config is not None else sim.default_config(nq, k, dt, d)
-    if cfg["MERGE"] in (sim.MERGE_DENSE, sim.MERGE_FILTERED):  # one corpus's keys: chunks need candidate lists
+    if cfg["MERGE"] in (sim.MERGE_DENSE, *sim.MERGES_FILTERED):  # one corpus's keys: chunks need candidate lists
         if explicit:
             what = "dense key matrix" if cfg["MERGE"] == sim.MERGE_DENSE else "filtered candidate rows"
             raise InputError(f"config MERGE={cfg['MERGE']} ({what}) searches a GPU corpus in one launch; a "

@@ -93,7 +93,7 @@ _DESCRIPTIONS = {
     "VEC": "bytes per cp.async",
     "MERGE": "running top-k: 0 rank, 1 bitonic, 2 hybrid (shared lists); 3, 4 thread lists (k <= 16, 32); 5 none "
              "(dense key matrix, then the select kernel); 6 none (the keys that reach their block's bar, then the "
-             "select)",
+             "select); 7 = 6 filtered by the TMA producer's spare warps (MMA 2, 3)",
     "EPI_ROWS": "corpus rows per top-k epilogue pass (score tile height)",
     "MIN_BLOCKS": "__launch_bounds__ minimum blocks/SM (2 caps registers at 65536 / (2 x threads))",
     "MMA": "main loop: 0 mma.sync warp tiles, 1 wgmma warpgroup tiles, 2 = 1 fed by a TMA producer, 3 = 2 with "
@@ -171,7 +171,7 @@ def launcher_accepts_main_loop(dtype: str, metric: str) -> Callable[[Mapping[str
     dtype_code, metric_code = ops.DTYPE_CODES[long_name(dtype)], ops.METRICS[metric]
 
     def accepts(c: Mapping[str, Any]) -> bool:
-        if c["MMA"] != 0:
+        if c["MMA"] != 0 or c["MERGE"] == ops.MERGE_FILTER_WARPS:
             error = ops._S.topk_config_error({n: c[n] for n in ops.PARAM_NAMES if n in c}, dtype_code, metric_code)
             if error:
                 raise ConfigError(error)
@@ -203,7 +203,7 @@ def filter_rows_bound(config: Mapping[str, Any], n: int) -> int:
 
 def merge_choices(problem: Any) -> list[int]:
     """MERGE values for a problem: shared lists always, thread lists where k fits their capacity, dense (5) and
-    filtered (6) where k <= the select kernel's limit and the dense key matrix is at most
+    filtered (6; 7 for 16-bit inputs) where k <= the select kernel's limit and the dense key matrix is at most
     :data:`DENSE_SPACE_MAX_BYTES` (the filtered search's candidate rows, keys and indices, take a little over twice
     its bytes, mostly untouched)."""
     p = as_problem(problem)
@@ -211,6 +211,8 @@ def merge_choices(problem: Any) -> list[int]:
     out = [m for m in (0, 1, 2, 3, 4) if m < 3 or p.k <= ops._S.thread_list_capacity(m)]
     if p.k <= ops.SELECT_MAX_K and ops.dense_bytes(p.nq, p.n) <= DENSE_SPACE_MAX_BYTES:
         out += [ops.MERGE_DENSE, ops.MERGE_FILTERED]
+        if p.dtype != "fp32":  # (the TMA producer's loops take 16-bit inputs)
+            out.append(ops.MERGE_FILTER_WARPS)
     return out
 
 
@@ -265,8 +267,8 @@ def build_space(problem: Any) -> SearchSpace:
                    code="static.threads"),
         Constraint("main_loop_rules", launcher_accepts_main_loop(p.dtype, metric),
                    "MMA 1..3 need 16-bit inputs, BLOCK_K x bytes = 128, WARPS_Q = 1, WARPS_N 4 or 8 (MMA=1: "
-                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 .. 6); MMA=4 fp32 inputs and "
-                   "BLOCK_Q = 8 * WARPS_Q",
+                   "STAGES >= 3; MMA 2, 3: MIN_BLOCKS = 1; MMA=3: WARPS_N = 8, MERGE 3 .. 7; MERGE=7: MMA 2, 3); "
+                   "MMA=4 fp32 inputs and BLOCK_Q = 8 * WARPS_Q",
                    code="static.divisibility"),
         Constraint("smem_fits_some_gpu", lambda c: c["SMEM_BYTES"] <= MAX_SMEM_ANY_ARCH,
                    f"shared memory above {MAX_SMEM_ANY_ARCH} bytes fits no supported GPU", code="static.smem"),
@@ -289,6 +291,8 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     score = groups * bq * (epi + 4) * 4
     if c["MERGE"] == 5:  # dense: the ring and the row norms only
         score, scratch, meta, lists = 0, 0, 0, 0
+    elif c["MERGE"] == 7:  # filter warps: one score tile (pitch BLOCK_N + 4), 4 words a query column, 3 mbarriers
+        score, scratch, meta, lists = bq * (c["BLOCK_N"] + 4) * 4 + bq * 16 + 32, 0, 0, 0
     elif c["MERGE"] == 6:  # filtered: and per group and query column its holders' maxima, bound and count (+2 pad)
         holders = 8 * (warps // groups) // c["WARPS_Q"]
         score, scratch, meta, lists = groups * bq * (holders + 4) * 4, 0, 0, 0
@@ -578,7 +582,7 @@ class SimilarityFamily(TunableFamily):
         p = as_problem(problem)
         if config.get("MERGE") == _ops().MERGE_DENSE:
             return _ops().dense_bytes(p.nq, p.n)
-        if config.get("MERGE") == _ops().MERGE_FILTERED:
+        if config.get("MERGE") in _ops().MERGES_FILTERED:
             return 2 * p.nq * 4 * filter_rows_bound(config, p.n)
         return 1024 * p.nq * p.k * 8  # candidate lists: at most ~1024 splits
 
