@@ -223,6 +223,9 @@ TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
 # MERGE=6, a group's first tile (TopkBlock::trace_first()): the spans between its main loop's end, the steps'
 # stamps, its keys counted and its epilogue's end
 FIRST_STEPS = ("maxima", "bounds", "words", "wait", "stage", "count", "append")
+# MERGE=7's filter warps, first tile: from the MMAs' end, the dump and the bounds' and words' raises; the wait for the
+# other blocks' words; the staging of the bars; the filter and release of the tile
+FILTER_WARP_STEPS = ("dump_and_raise", "wait", "stage", "filter")
 
 
 def block_timeline(launch, cand_key, blocks: int) -> dict:
@@ -284,6 +287,13 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
             d = np.diff(cols[have], axis=1) / 1e3
             first.append({"group": g, "blocks": int(have.sum()),
                           **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FIRST_STEPS)}})
+    # MERGE=7: the filter warps' first tile (topk.cuh fw_trace(), group 0's slots 0..3), from group 0's MMAs done
+    cols = np.concatenate([ns[:, [TRACE_TURN0 + 1]], ns[:, f0: f0 + 4]], axis=1)
+    have = (cols > 0).all(axis=1) & (ns[:, f0 + 4] == 0)
+    if have.any():
+        d = np.diff(cols[have], axis=1) / 1e3
+        first.append({"group": "filter warps", "blocks": int(have.sum()),
+                      **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FILTER_WARP_STEPS)}})
     why = []  # TopkBlock::trace_why(): per block and tile group, why its pre-check took the store-and-scan path
     for b in range(blocks):
         for grp in range(2):
@@ -321,19 +331,23 @@ def print_timeline(row: dict) -> None:
               f"{us(tr['epilogue_us'])} {us(tr['bound_and_precheck_us'])} {us(tr['insertion_us'])} "
               f"{us(tr['epilogue_done_us'])}  {tr['blocks']}", flush=True)
     for fs in row.get("first_tile_steps", []):
-        print(f"   g{fs['group']} first tile: " + " ".join(f"{n} {fs[n + '_us']:.2f}" for n in FIRST_STEPS) +
+        names = FIRST_STEPS if isinstance(fs["group"], int) else FILTER_WARP_STEPS
+        print(f"   g{fs['group']} first tile: " + " ".join(f"{n} {fs[n + '_us']:.2f}" for n in names) +
               f"  ({fs['blocks']} blocks)", flush=True)
 
 
 def filtered_variants(nq: int) -> list[tuple[str, dict, int | None]]:
-    """The dense search (MERGE=5, default_config of the 65536-row bucket) and the filtered one (MERGE=6) on the same
-    config: with --trace, where the filtered search's epilogue spends its time (its "pre-check" stamp is taken once
+    """The dense search (MERGE=5, default_config of the 65536-row bucket), the filtered one (MERGE=6) and, with the
+    TMA producer, the filter warps' (MERGE=7) on the same config: with --trace, where the filtered search's epilogue spends its time (its "pre-check" stamp is taken once
     the tile's keys are counted and their places taken: the bound pass, counts and shared atomics before it, the
     stores after)."""
     from tunelab.ops import similarity as sim
 
     dense = dict(sim.default_config(nq, K, "float16", D, n=sim.DENSE_MAX_N), MERGE=sim.MERGE_DENSE)
-    return [("dense", dense, None), ("filtered", dict(dense, MERGE=sim.MERGE_FILTERED), None)]
+    out = [("dense", dense, None), ("filtered", dict(dense, MERGE=sim.MERGE_FILTERED), None)]
+    if sim.uses_tma(dense):  # MERGE=7: its first-tile steps are the filter warps' (topk.cuh fw_trace())
+        out.append(("warps", dict(dense, MERGE=sim.MERGE_FILTER_WARPS), None))
+    return out
 
 
 #: --variants NAME -> the function listing that set's variants for nq queries ("all": sync and wgmma)

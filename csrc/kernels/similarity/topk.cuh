@@ -447,10 +447,10 @@ struct TopkTraits {
   // MMA 2, 3 with two MMA warpgroups: registers per thread after the reconfiguration (128 x 24 + 256 x 240 =
   // 384 x 168, the launch's allocation)
   static constexpr bool kMoveRegisters = kTmaProducer && kWarps == 8;
-  // MERGE=7: the producer warpgroup's filter warps need ~72 (their staging loads, tile_max_bar()): 128 x 72 +
-  // 256 x 216 = 384 x 168 (with 40 or 56, ptxas of CUDA 13.0 spills)
-  static constexpr int kProducerRegs = topk_filter_warps(MERGE_) ? 72 : 24;
-  static constexpr int kMmaRegs = topk_filter_warps(MERGE_) ? 216 : 240;
+  // MERGE=7: the producer warpgroup's filter warps hold 4 columns' keys and selections at once (filter_warps_run()):
+  // 128 x 120 + 256 x 192 = 384 x 168 (ptxas of CUDA 13.0 spills with 104 / 200 and fewer for them)
+  static constexpr int kProducerRegs = topk_filter_warps(MERGE_) ? 120 : 24;
+  static constexpr int kMmaRegs = topk_filter_warps(MERGE_) ? 192 : 240;
   static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
   static constexpr int kRowBytes = kBlockK * kElemBytes;  // one pipeline slice of a row
   static constexpr int kKSteps = kRowBytes / 32;
@@ -1551,67 +1551,137 @@ struct TopkBlock {
       }
     }
   }
-  // Step 1 for column c (the owning warp): returns the column's bound of this tile (every lane).
-  __device__ __forceinline__ float fw_raise(int c, int tile, const float (&x)[FR]) const {
-    float mx = -f32_inf();
+  // The filter warps work on NB of a warp's columns at once (c = fw + 3 (j0 + i)): each step's shuffles, ballots
+  // and shared loads for one column wait on the one before, so a column at a time left the warps latency-bound (the
+  // first form took ~16 us a tile on the H200, the search 90.6 us against the dense 33.7: results/
+  // similarity_filtered_warps_h200.json); NB independent chains hide each other's latency.
+  static constexpr int NB = 4;
+  __device__ __forceinline__ int fw_col(int fw, int j) const { return fw + kFilterWarpCount * j; }
+  __device__ __forceinline__ bool fw_live(int c) const { return c < BQ && q0 + c < p.nq; }
+  // A batch's keys (a column past BQ or nq reads none: -inf, which no bar lets through and no bound counts).
+  __device__ __forceinline__ void fw_load_batch(int fw, int j0, float (&x)[NB][FR]) const {
 #pragma unroll
-    for (int i = 0; i < FR; ++i) mx = fmaxf(mx, x[i]);  // (fmaxf drops NaN: rows past n, NaN keys)
-    float top = mx;
+    for (int i = 0; i < NB; ++i) {
+      const int c = fw_col(fw, j0 + i);
+      if (fw_live(c)) {
+        fw_load(c, x[i]);
+      } else {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, shfl_xor_f(top, o));
-    const float b = warp_kth_largest(mx, p.k, lane);
-    if (lane == 0) {
-      if (b > lds(fw_bound(c))) sts(fw_bound(c), b);
-      if (global_bar_usable(c)) {
-        if (b > -f32_inf()) global_bar_raise(global_bar(c), ordered_bits(b));
-        if (top > -f32_inf()) global_bar_raise(tile_max_word(c, tile % p.k), ordered_bits(top));
+        for (int r = 0; r < FR; ++r) x[i][r] = -f32_inf();
       }
     }
-    return b;
   }
-  // Step 2's and 4's staging: every column's bar for the next filter (one thread per column, loads in flight
+  // Step 1 for a batch: each column's largest key raises tile-maximum word (tile mod k); with `bound` (a first tile)
+  // the k-th largest of the lanes' maxima raises the block's bound and the query's global bar. Lane i takes column
+  // i's raises.
+  __device__ __forceinline__ void fw_raise_batch(int fw, int j0, int tile, bool bound, const float (&x)[NB][FR]) const {
+    float mx[NB], top[NB];
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      mx[i] = -f32_inf();
+#pragma unroll
+      for (int r = 0; r < FR; ++r) mx[i] = fmaxf(mx[i], x[i][r]);  // (fmaxf drops NaN: rows past n, NaN keys)
+      top[i] = mx[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < NB; ++i) top[i] = fmaxf(top[i], shfl_xor_f(top[i], o));
+    if (bound) warp_kth_largest_n<NB>(mx, p.k, lane);  // (mx[i]: column i's bound, every lane)
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      const int c = fw_col(fw, j0 + i);
+      if (lane != i || !fw_live(c) || !global_bar_usable(c)) continue;
+      if (bound && mx[i] > -f32_inf()) {
+        sts(fw_bound(c), mx[i]);  // (a first tile: the column's first bound)
+        global_bar_raise(global_bar(c), ordered_bits(mx[i]));
+      }
+      if (top[i] > -f32_inf()) global_bar_raise(tile_max_word(c, tile % p.k), ordered_bits(top[i]));
+    }
+  }
+  // Steps 2 and 4's staging: every column's bar for the next filter (one thread per column, loads in flight
   // together), then the filter warps' barrier.
+  // (The words are loaded 16 at a time, not tile_max_bar()'s 32: its 8 loads in flight took the filter warps past
+  // their registers.)
   __device__ __forceinline__ void fw_stage_bars(int ftid) const {
     for (int c = ftid; c < BQ; c += FT) {
       float bar = lds(fw_bound(c));
-      if (global_bar_usable(c))
-        bar = fmaxf(bar, fmaxf(ordered_float(global_bar_load(global_bar(c))), tile_max_bar(c)));
+      if (global_bar_usable(c)) {
+        const unsigned g = global_bar_load(global_bar(c));
+        unsigned m = 0xffffffffu;
+        for (int w0 = 0; w0 < p.k; w0 += 16) {
+          uint4 v[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (w0 + 4 * i < p.k) v[i] = global_words_load4(tile_max_word(c, w0 + 4 * i));
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const unsigned w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (w0 + 4 * i + e < p.k) m = w[e] < m ? w[e] : m;
+          }
+        }
+        bar = fmaxf(bar, fmaxf(ordered_float(g), ordered_float(m)));
+      }
       sts(fw_bar(c), bar);
     }
     fw_sync();
   }
-  // Step 3 for column c (the owning warp): the keys at least `bar` to the split's segment.
-  __device__ __forceinline__ void fw_append(int c, int tile, float bar, const float (&x)[FR]) const {
-    bool pass[FR];
-    int before = 0, total = 0;
+  // Step 3 for a batch: the keys at least their column's staged bar to the split's segment (a warp's ballots place
+  // them after the column's count).
+  __device__ __forceinline__ void fw_append_batch(int fw, int j0, int tile, const float (&x)[NB][FR]) const {
+    float bar[NB];
+    int before[NB], total[NB], base[NB];
 #pragma unroll
-    for (int i = 0; i < FR; ++i) {
-      pass[i] = x[i] >= bar;
-      const unsigned b = ballot(pass[i]);
-      before += popc(b & lanemask_lt(lane));
-      total += popc(b);
+    for (int i = 0; i < NB; ++i) {
+      const int c = fw_col(fw, j0 + i);
+      bar[i] = fw_live(c) ? lds(fw_bar(c)) : f32_inf();  // (-inf keys of a dead column: none passes +inf)
     }
-    if (total == 0) return;
-    const int base = lds(fw_count(c));
-    syncwarp();  // every lane has read the count
-    if (lane == 0) sts(fw_count(c), base + total);
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      before[i] = 0;
+      total[i] = 0;
+#pragma unroll
+      for (int r = 0; r < FR; ++r) {
+        const unsigned b = ballot(x[i][r] >= bar[i]);  // (NaN never passes)
+        before[i] += popc(b & lanemask_lt(lane));
+        total[i] += popc(b);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NB; ++i) base[i] = total[i] > 0 ? lds(fw_count(fw_col(fw, j0 + i))) : 0;
+    syncwarp();  // every lane has read the counts
     const long long seg = static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
-    long long at = static_cast<long long>(q0 + c) * p.dense_ld + seg + base + before;
     const int id0 = static_cast<int>(p.index_base) + tile * BN + lane * FR;
 #pragma unroll
-    for (int i = 0; i < FR; ++i) {
-      if (pass[i]) {
-        if constexpr (!kTrace) p.cand_key[at] = x[i];  // (trace: its stamps)
-        p.cand_idx[at] = id0 + i;
-        ++at;
+    for (int i = 0; i < NB; ++i) {
+      if (total[i] == 0) continue;
+      const int c = fw_col(fw, j0 + i);
+      if (lane == 0) sts(fw_count(c), base[i] + total[i]);
+      long long at = static_cast<long long>(q0 + c) * p.dense_ld + seg + base[i] + before[i];
+#pragma unroll
+      for (int r = 0; r < FR; ++r) {
+        if (x[i][r] >= bar[i]) {
+          if constexpr (!kTrace) p.cand_key[at] = x[i][r];  // (trace: its stamps)
+          p.cand_idx[at] = id0 + r;
+          ++at;
+        }
       }
     }
   }
 
+  // The diagnosis build's steps of the filter warps' first tile, in group 0's first-tile slots (kTraceFirst0 + {0:
+  // the bounds and words are raised, 1: the wait for the other blocks' words is over, 2: the bars are staged, 3:
+  // the tile is filtered and released}; the MMA warps' turns keep their own slots).
+  __device__ __forceinline__ void fw_trace(int ftid, int step) const {
+    if (kTrace && ftid == 0) trace(kTraceFirst0 + step);
+  }
   // The filter warps' side (warps kWarps + 1 .. kWarps + 3), for the block's ntiles tiles from tile_begin.
   __device__ __forceinline__ void filter_warps_run(int tile_begin, int ntiles) {
     const int fw = warp - Tr::kWarps - 1;
     const int ftid = tid - 32 * (Tr::kWarps + 1);
+    constexpr int kCols = (BQ + kFilterWarpCount - 1) / kFilterWarpCount;  // columns of warp 0, the most
     for (int c = ftid; c < BQ; c += FT) {
       sts(fw_bar(c), -f32_inf());
       sts(fw_bound(c), -f32_inf());
@@ -1620,17 +1690,18 @@ struct TopkBlock {
         for (int w = 0; w < kFilterTileWord0 + p.k; w += 4) global_words_reset4(global_bar(c) + w);
     }
     fw_sync();
-    float x[FR];
+    float x[NB][FR];
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
       if (m == 0) {
-        for (int c = fw; c < BQ; c += kFilterWarpCount) {
-          if (q0 + c >= p.nq) break;
-          fw_load(c, x);
-          fw_raise(c, tile, x);
+        for (int j0 = 0; j0 < kCols; j0 += NB) {
+          if (!fw_live(fw_col(fw, j0))) break;
+          fw_load_batch(fw, j0, x);
+          fw_raise_batch(fw, j0, tile, true, x);
         }
         fw_sync();  // every column's raises are done
+        fw_trace(ftid, 0);
         if (ftid == 0 && global_bar_usable(0)) {
           global_count_release_add(tile_max_count());
           const unsigned need = (gridDim.y * kFilterWaitPct + 99u) / 100u;
@@ -1639,22 +1710,19 @@ struct TopkBlock {
             spin_pause_ns(kFilterPollNs);
         }
         fw_sync();
+        fw_trace(ftid, 1);
         fw_stage_bars(ftid);
-        for (int c = fw; c < BQ; c += kFilterWarpCount) {
-          if (q0 + c >= p.nq) break;
-          fw_load(c, x);
-          fw_append(c, tile, lds(fw_bar(c)), x);
-        }
-      } else {
-        for (int c = fw; c < BQ; c += kFilterWarpCount) {
-          if (q0 + c >= p.nq) break;
-          fw_load(c, x);
-          const float b = fw_raise(c, tile, x);
-          fw_append(c, tile, fmaxf(lds(fw_bar(c)), b), x);
-        }
+        fw_trace(ftid, 2);
+      }
+      for (int j0 = 0; j0 < kCols; j0 += NB) {
+        if (!fw_live(fw_col(fw, j0))) break;
+        fw_load_batch(fw, j0, x);
+        if (m > 0) fw_raise_batch(fw, j0, tile, false, x);
+        fw_append_batch(fw, j0, tile, x);
       }
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
-      fw_sync();                     // every column's bound and count of this tile is in place
+      fw_sync();                      // every column's count of this tile is in place
+      if (m == 0) fw_trace(ftid, 3);
       if (m + 1 < ntiles) fw_stage_bars(ftid);
     }
     const long long at = static_cast<long long>(gridDim.y) * p.tiles_per_split * BN + blockIdx.y;
