@@ -1480,12 +1480,11 @@ struct TopkBlock {
   //
   // The filter warps, per tile (each warp owns the query columns c = fw, fw + 3, ...; a lane holds rows
   // lane * FR .. + FR - 1 of a column):
-  //   1. Every column: the k-th largest of the lanes' maxima bounds it (k lanes supply k distinct keys at least as
-  //      large, as in filter_bound_pass()); it raises the block's bound (shared) and the query's global bar, and the
-  //      tile's largest key raises tile-maximum word (tile mod k), so that each word is a key of its own tiles' rows
-  //      and the smallest of the k words, once all are raised, bounds the answer too (filter_bound_pass() says why
-  //      the answer stays exact with these bars, ties included). MERGE=6 raises the words on first tiles only; here
-  //      the raises cost the MMA warps nothing, so every tile raises.
+  //   1. First tile, every column: the k-th largest of the lanes' maxima bounds it (k lanes supply k distinct keys
+  //      at least as large, as in filter_bound_pass()); it is the block's bound and raises the query's global bar,
+  //      and the tile's largest key raises tile-maximum word (split mod k), as MERGE=6's group-0 first tiles do, so
+  //      that each word is a key of its own tiles' rows and the smallest of the k words, once all are raised, bounds
+  //      the answer too (filter_bound_pass() says why the answer stays exact with these bars, ties included).
   //   2. First tile: one thread adds the block to the block row's count of first tiles that raised their words,
   //      then waits (TUNELAB_SIM_FILTER_WAIT_PCT / _NS) for the other blocks' - only the filter warps wait: the MMA
   //      warps multiply the next tile meanwhile - and the warps stage each column's bar: the largest of the block's
@@ -1503,6 +1502,7 @@ struct TopkBlock {
   __device__ __forceinline__ float* fw_bar(int c) const { return fw_tile() + BQ * FP + 4 * c; }
   __device__ __forceinline__ float* fw_bound(int c) const { return fw_tile() + BQ * FP + 4 * c + 1; }
   __device__ __forceinline__ int* fw_count(int c) const { return reinterpret_cast<int*>(fw_tile() + BQ * FP + 4 * c + 2); }
+  __device__ __forceinline__ float* fw_top(int c) const { return fw_tile() + BQ * FP + 4 * c + 3; }
   __device__ __forceinline__ unsigned fw_full_bar() const {
     return smem_u32(smem) + static_cast<unsigned>(Tr::kScoreOffset + BQ * FP * 4 + BQ * 16);
   }
@@ -1571,10 +1571,9 @@ struct TopkBlock {
       }
     }
   }
-  // Step 1 for a batch: each column's largest key raises tile-maximum word (tile mod k); with `bound` (a first tile)
-  // the k-th largest of the lanes' maxima raises the block's bound and the query's global bar. Lane i takes column
-  // i's raises.
-  __device__ __forceinline__ void fw_raise_batch(int fw, int j0, int tile, bool bound, const float (&x)[NB][FR]) const {
+  // Step 1 for a batch (a first tile): each column's largest key and the k-th largest of the lanes' maxima (its
+  // bound) to shared memory, lane i column i's; fw_raise_words() raises them.
+  __device__ __forceinline__ void fw_bound_batch(int fw, int j0, const float (&x)[NB][FR]) const {
     float mx[NB], top[NB];
 #pragma unroll
     for (int i = 0; i < NB; ++i) {
@@ -1587,16 +1586,27 @@ struct TopkBlock {
     for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
       for (int i = 0; i < NB; ++i) top[i] = fmaxf(top[i], shfl_xor_f(top[i], o));
-    if (bound) warp_kth_largest_n<NB>(mx, p.k, lane);  // (mx[i]: column i's bound, every lane)
+    warp_kth_largest_n<NB>(mx, p.k, lane);  // (mx[i]: column i's bound, every lane)
 #pragma unroll
     for (int i = 0; i < NB; ++i) {
       const int c = fw_col(fw, j0 + i);
-      if (lane != i || !fw_live(c) || !global_bar_usable(c)) continue;
-      if (bound && mx[i] > -f32_inf()) {
-        sts(fw_bound(c), mx[i]);  // (a first tile: the column's first bound)
-        global_bar_raise(global_bar(c), ordered_bits(mx[i]));
+      if (lane == i && fw_live(c)) {
+        sts(fw_bound(c), mx[i]);
+        sts(fw_top(c), top[i]);
       }
-      if (top[i] > -f32_inf()) global_bar_raise(tile_max_word(c, tile % p.k), ordered_bits(top[i]));
+    }
+  }
+  // Step 1's raises, a thread per column (after the filter warps' barrier): the bound raises the query's global bar,
+  // the largest key tile-maximum word (split mod k). One warp instruction raises 32 columns' words: a lane's raise
+  // at a time in the batch (8 single-lane atomics a batch) took ~1 us a batch under the corpus stream on an H100
+  // (results/similarity_probe_filtered_trace_warps_trace_h100.json).
+  __device__ __forceinline__ void fw_raise_words(int ftid) const {
+    const int word = static_cast<int>(blockIdx.y) % p.k;
+    for (int c = ftid; c < BQ; c += FT) {
+      if (!global_bar_usable(c)) continue;
+      const float b = lds(fw_bound(c)), top = lds(fw_top(c));
+      if (b > -f32_inf()) global_bar_raise(global_bar(c), ordered_bits(b));
+      if (top > -f32_inf()) global_bar_raise(tile_max_word(c, word), ordered_bits(top));
     }
   }
   // Steps 2 and 4's staging: every column's bar for the next filter (one thread per column, loads in flight
@@ -1698,9 +1708,11 @@ struct TopkBlock {
         for (int j0 = 0; j0 < kCols; j0 += NB) {
           if (!fw_live(fw_col(fw, j0))) break;
           fw_load_batch(fw, j0, x);
-          fw_raise_batch(fw, j0, tile, true, x);
+          fw_bound_batch(fw, j0, x);
         }
-        fw_sync();  // every column's raises are done
+        fw_sync();  // every column's bound and largest key are in place
+        fw_raise_words(ftid);
+        fw_sync();  // every column's raises are issued
         fw_trace(ftid, 0);
         if (ftid == 0 && global_bar_usable(0)) {
           global_count_release_add(tile_max_count());
@@ -1717,7 +1729,6 @@ struct TopkBlock {
       for (int j0 = 0; j0 < kCols; j0 += NB) {
         if (!fw_live(fw_col(fw, j0))) break;
         fw_load_batch(fw, j0, x);
-        if (m > 0) fw_raise_batch(fw, j0, tile, false, x);
         fw_append_batch(fw, j0, tile, x);
       }
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
