@@ -141,11 +141,23 @@ __device__ __forceinline__ void lane_bitonic_clean_desc(float (&v)[N]) {
 // to the sorted first; then the smallest of the first k (selecting v[k - 1] by index made ptxas put v in local
 // memory, 16 LDL per thread). kUpTo32: k may pass 16, and then the same selection over the negated values gives
 // the (33 - k)-th smallest, which is the k-th largest.
+// lane_kth_largest_of_32's selection over the 32 values in v (the first 16) and w (the rest), already multiplied by
+// s (-1: k > 16, selecting the (33 - k)-th smallest); j is k or 33 - k.
+__device__ __forceinline__ float lane_kth_largest_of_32_core(float (&v)[16], float (&w)[16], float s, int j) {
+  lane_sort_desc<16>(v);
+  lane_sort_desc<16>(w);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v[i] = fmaxf(v[i], w[15 - i]);
+  lane_bitonic_clean_desc<16>(v);
+  float b = v[0];
+#pragma unroll
+  for (int i = 1; i < 16; ++i) b = i < j ? fminf(b, v[i]) : b;
+  return s * b;
+}
 template <bool kUpTo32>
 __device__ __forceinline__ float lane_kth_largest_of_32(const float* m, int k) {
   const bool low = kUpTo32 && k > 16;
   const float s = low ? -1.f : 1.f;
-  const int j = low ? 33 - k : k;
   float v[16], w[16];
 #pragma unroll
   for (int i = 0; i < 16; i += 4) {
@@ -159,15 +171,7 @@ __device__ __forceinline__ float lane_kth_largest_of_32(const float* m, int k) {
     w[i + 2] = s * y.z;
     w[i + 3] = s * y.w;
   }
-  lane_sort_desc<16>(v);
-  lane_sort_desc<16>(w);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v[i] = fmaxf(v[i], w[15 - i]);
-  lane_bitonic_clean_desc<16>(v);
-  float b = v[0];
-#pragma unroll
-  for (int i = 1; i < 16; ++i) b = i < j ? fminf(b, v[i]) : b;
-  return s * b;
+  return lane_kth_largest_of_32_core(v, w, s, low ? 33 - k : k);
 }
 __device__ __forceinline__ float warp_kth_largest(float x, int k, int lane) {
   float v[1] = {x};
@@ -447,8 +451,8 @@ struct TopkTraits {
   // MMA 2, 3 with two MMA warpgroups: registers per thread after the reconfiguration (128 x 24 + 256 x 240 =
   // 384 x 168, the launch's allocation)
   static constexpr bool kMoveRegisters = kTmaProducer && kWarps == 8;
-  // MERGE=7: the producer warpgroup's filter warps hold 4 columns' keys and selections at once (filter_warps_run()):
-  // 128 x 120 + 256 x 192 = 384 x 168 (ptxas of CUDA 13.0 spills with 104 / 200 and fewer for them)
+  // MERGE=7: the producer warpgroup's filter warps select a column's bound from 32 row groups' maxima in registers
+  // (filter_warps_run()): 128 x 120 + 256 x 192 = 384 x 168 (ptxas of CUDA 13.0 spills with 72 and fewer for them)
   static constexpr int kProducerRegs = topk_filter_warps(MERGE_) ? 120 : 24;
   static constexpr int kMmaRegs = topk_filter_warps(MERGE_) ? 192 : 240;
   static constexpr int kElemBytes = ElemInfo<kDtype>::kBytes;
@@ -1478,19 +1482,19 @@ struct TopkBlock {
   // emulator's deadlock check caught it). A group's previous dump waited on the same barrier for the completion
   // before, so its wait is exact.
   //
-  // The filter warps, per tile (each warp owns the query columns c = fw, fw + 3, ...; a lane holds rows
-  // lane * FR .. + FR - 1 of a column):
-  //   1. First tile, every column: the k-th largest of the lanes' maxima bounds it (k lanes supply k distinct keys
-  //      at least as large, as in filter_bound_pass()); it is the block's bound and raises the query's global bar,
-  //      and the tile's largest key raises tile-maximum word (split mod k), as MERGE=6's group-0 first tiles do, so
-  //      that each word is a key of its own tiles' rows and the smallest of the k words, once all are raised, bounds
-  //      the answer too (filter_bound_pass() says why the answer stays exact with these bars, ties included).
+  // The filter warps, per tile (a thread per query column, c = ftid, ftid + 96):
+  //   1. First tile, every column: the k-th largest of its 32 row groups' maxima bounds it (k groups supply k
+  //      distinct keys at least as large, as in filter_bound_pass()); it is the block's bound and raises the
+  //      query's global bar, and the tile's largest key raises tile-maximum word (split mod k), as MERGE=6's
+  //      group-0 first tiles do, so that each word is a key of its own tiles' rows and the smallest of the k words,
+  //      once all are raised, bounds the answer too (filter_bound_pass() says why the answer stays exact with these
+  //      bars, ties included).
   //   2. First tile: one thread adds the block to the block row's count of first tiles that raised their words,
   //      then waits (TUNELAB_SIM_FILTER_WAIT_PCT / _NS) for the other blocks' - only the filter warps wait: the MMA
   //      warps multiply the next tile meanwhile - and the warps stage each column's bar: the largest of the block's
   //      bound, the global bar and the smallest word (filter_stage_bars()'s loads).
   //   3. Every key of a column at least its bar (NaN never passes) goes to the split's segment of the query's
-  //      candidate row with its index (a warp's ballots place them; the column's count is the owning warp's).
+  //      candidate row with its index, after the column's count (the owning thread's).
   //   4. The tile is released (empty); if another follows, the bars are staged again for it now, while the MMA
   //      warps multiply it, so that its filter waits for no L2 load.
   // At the end the counts go to the rows (as filter_write_counts()). The filtered select reads the rows, the global
@@ -1530,9 +1534,18 @@ struct TopkBlock {
     mbar::arrive(fw_full_bar());
   }
 
-  // A filter lane's keys of column c (rows lane * FR ..).
-  __device__ __forceinline__ void fw_load(int c, float (&x)[FR]) const {
-    const float* src = fw_tile() + c * FP + lane * FR;
+  // The filter warps work a thread per query column, as MERGE=6's lane bounds do (c = ftid, ftid + 96): the
+  // column's keys are a stretch of the score tile, which a thread reads FR rows at a time (the lanes' stretches
+  // are FP = 4 mod 32 words apart: conflict-free 16-byte loads), and its count stays its own. The first form, a
+  // warp per column (its lanes FR rows each; bounds by shuffles, places by ballots, one lane's atomics at a time),
+  // was latency-bound: ~16 us a tile on the H200, the search 90.6 us against the dense 33.7
+  // (results/similarity_filtered_warps_h200.json); 4 columns at a time, 54.2 against 45.3 on an H100, the first
+  // tile's bounds alone ~8 us (results/similarity_filtered_warps3_h100.json, similarity_probe_filtered_trace_
+  // warps_trace3_h100.json).
+  __device__ __forceinline__ bool fw_live(int c) const { return c < BQ && q0 + c < p.nq; }
+  // Rows j * FR .. j * FR + FR - 1 of column c (j < 32).
+  __device__ __forceinline__ void fw_rows(int c, int j, float (&x)[FR]) const {
+    const float* src = fw_tile() + c * FP + j * FR;
     if constexpr (FR % 4 == 0) {
 #pragma unroll
       for (int i = 0; i < FR; i += 4) {
@@ -1551,62 +1564,32 @@ struct TopkBlock {
       }
     }
   }
-  // The filter warps work on NB of a warp's columns at once (c = fw + 3 (j0 + i)): each step's shuffles, ballots
-  // and shared loads for one column wait on the one before, so a column at a time left the warps latency-bound (the
-  // first form took ~16 us a tile on the H200, the search 90.6 us against the dense 33.7: results/
-  // similarity_filtered_warps_h200.json); NB independent chains hide each other's latency.
-  static constexpr int NB = 4;
-  __device__ __forceinline__ int fw_col(int fw, int j) const { return fw + kFilterWarpCount * j; }
-  __device__ __forceinline__ bool fw_live(int c) const { return c < BQ && q0 + c < p.nq; }
-  // A batch's keys (a column past BQ or nq reads none: -inf, which no bar lets through and no bound counts).
-  __device__ __forceinline__ void fw_load_batch(int fw, int j0, float (&x)[NB][FR]) const {
+  // Step 1 for column c (a first tile): the k-th largest of the 32 row groups' maxima bounds the column (k groups
+  // supply k distinct keys at least as large); it is the block's bound and raises the query's global bar, and the
+  // largest key raises tile-maximum word (split mod k). One warp instruction raises 32 columns' words (one lane's
+  // atomics at a time, ~1 us a batch of 4 columns under the corpus stream on an H100, took the first tile's raises
+  // to 12.5 us: results/similarity_probe_filtered_trace_warps_trace_h100.json).
+  __device__ __forceinline__ void fw_first_bound(int c) const {
+    const bool low = p.k > 16;
+    const float s = low ? -1.f : 1.f;
+    float v[16], w[16], top = -f32_inf();
 #pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      const int c = fw_col(fw, j0 + i);
-      if (fw_live(c)) {
-        fw_load(c, x[i]);
-      } else {
+    for (int j = 0; j < 32; ++j) {
+      float x[FR];
+      fw_rows(c, j, x);
+      float m = -f32_inf();
 #pragma unroll
-        for (int r = 0; r < FR; ++r) x[i][r] = -f32_inf();
-      }
+      for (int r = 0; r < FR; ++r) m = fmaxf(m, x[r]);  // (fmaxf drops NaN: rows past n, NaN keys)
+      top = fmaxf(top, m);
+      if (j < 16) v[j] = s * m;
+      else w[j - 16] = s * m;
     }
-  }
-  // Step 1 for a batch (a first tile): each column's largest key and the k-th largest of the lanes' maxima (its
-  // bound) to shared memory, lane i column i's; fw_raise_words() raises them.
-  __device__ __forceinline__ void fw_bound_batch(int fw, int j0, const float (&x)[NB][FR]) const {
-    float mx[NB], top[NB];
-#pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      mx[i] = -f32_inf();
-#pragma unroll
-      for (int r = 0; r < FR; ++r) mx[i] = fmaxf(mx[i], x[i][r]);  // (fmaxf drops NaN: rows past n, NaN keys)
-      top[i] = mx[i];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int i = 0; i < NB; ++i) top[i] = fmaxf(top[i], shfl_xor_f(top[i], o));
-    warp_kth_largest_n<NB>(mx, p.k, lane);  // (mx[i]: column i's bound, every lane)
-#pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      const int c = fw_col(fw, j0 + i);
-      if (lane == i && fw_live(c)) {
-        sts(fw_bound(c), mx[i]);
-        sts(fw_top(c), top[i]);
-      }
-    }
-  }
-  // Step 1's raises, a thread per column (after the filter warps' barrier): the bound raises the query's global bar,
-  // the largest key tile-maximum word (split mod k). One warp instruction raises 32 columns' words: a lane's raise
-  // at a time in the batch (8 single-lane atomics a batch) took ~1 us a batch under the corpus stream on an H100
-  // (results/similarity_probe_filtered_trace_warps_trace_h100.json).
-  __device__ __forceinline__ void fw_raise_words(int ftid) const {
-    const int word = static_cast<int>(blockIdx.y) % p.k;
-    for (int c = ftid; c < BQ; c += FT) {
-      if (!global_bar_usable(c)) continue;
-      const float b = lds(fw_bound(c)), top = lds(fw_top(c));
+    const float b = lane_kth_largest_of_32_core(v, w, s, low ? 33 - p.k : p.k);
+    sts(fw_bound(c), b);
+    if (global_bar_usable(c)) {
       if (b > -f32_inf()) global_bar_raise(global_bar(c), ordered_bits(b));
-      if (top > -f32_inf()) global_bar_raise(tile_max_word(c, word), ordered_bits(top));
+      if (top > -f32_inf())
+        global_bar_raise(tile_max_word(c, static_cast<int>(blockIdx.y) % p.k), ordered_bits(top));
     }
   }
   // Steps 2 and 4's staging: every column's bar for the next filter (one thread per column, loads in flight
@@ -1638,47 +1621,38 @@ struct TopkBlock {
     }
     fw_sync();
   }
-  // Step 3 for a batch: the keys at least their column's staged bar to the split's segment (a warp's ballots place
-  // them after the column's count).
-  __device__ __forceinline__ void fw_append_batch(int fw, int j0, int tile, const float (&x)[NB][FR]) const {
-    float bar[NB];
-    int before[NB], total[NB], base[NB];
+  // Step 3 for column c: the keys at least its staged bar to the split's segment, after the column's count (NaN
+  // never passes); the warp skips the stores of a row group no lane's key passes. Every lane of the warp calls it
+  // (a column past BQ or nq: live = false, nothing read or written).
+  __device__ __forceinline__ void fw_append(int c, int tile, bool live) const {
+    const float bar = live ? lds(fw_bar(c)) : f32_inf();
+    int n = live ? lds(fw_count(c)) : 0;
+    const long long row = static_cast<long long>(q0 + c) * p.dense_ld +
+                          static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
+    const int id0 = static_cast<int>(p.index_base) + tile * BN;
+#pragma unroll 4
+    for (int j = 0; j < 32; ++j) {
+      float x[FR];
+      if (live) {
+        fw_rows(c, j, x);
+      } else {
 #pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      const int c = fw_col(fw, j0 + i);
-      bar[i] = fw_live(c) ? lds(fw_bar(c)) : f32_inf();  // (-inf keys of a dead column: none passes +inf)
-    }
-#pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      before[i] = 0;
-      total[i] = 0;
-#pragma unroll
-      for (int r = 0; r < FR; ++r) {
-        const unsigned b = ballot(x[i][r] >= bar[i]);  // (NaN never passes)
-        before[i] += popc(b & lanemask_lt(lane));
-        total[i] += popc(b);
+        for (int r = 0; r < FR; ++r) x[r] = -f32_inf();
       }
-    }
+      bool any = false;
 #pragma unroll
-    for (int i = 0; i < NB; ++i) base[i] = total[i] > 0 ? lds(fw_count(fw_col(fw, j0 + i))) : 0;
-    syncwarp();  // every lane has read the counts
-    const long long seg = static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
-    const int id0 = static_cast<int>(p.index_base) + tile * BN + lane * FR;
-#pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      if (total[i] == 0) continue;
-      const int c = fw_col(fw, j0 + i);
-      if (lane == 0) sts(fw_count(c), base[i] + total[i]);
-      long long at = static_cast<long long>(q0 + c) * p.dense_ld + seg + base[i] + before[i];
+      for (int r = 0; r < FR; ++r) any = any || x[r] >= bar;
+      if (!__any_sync(0xffffffffu, any)) continue;
 #pragma unroll
       for (int r = 0; r < FR; ++r) {
-        if (x[i][r] >= bar[i]) {
-          if constexpr (!kTrace) p.cand_key[at] = x[i][r];  // (trace: its stamps)
-          p.cand_idx[at] = id0 + r;
-          ++at;
+        if (x[r] >= bar) {
+          if constexpr (!kTrace) p.cand_key[row + n] = x[r];  // (trace: its stamps)
+          p.cand_idx[row + n] = id0 + j * FR + r;
+          ++n;
         }
       }
     }
+    if (live) sts(fw_count(c), n);
   }
 
   // The diagnosis build's steps of the filter warps' first tile, in group 0's first-tile slots (kTraceFirst0 + {0:
@@ -1689,9 +1663,7 @@ struct TopkBlock {
   }
   // The filter warps' side (warps kWarps + 1 .. kWarps + 3), for the block's ntiles tiles from tile_begin.
   __device__ __forceinline__ void filter_warps_run(int tile_begin, int ntiles) {
-    const int fw = warp - Tr::kWarps - 1;
     const int ftid = tid - 32 * (Tr::kWarps + 1);
-    constexpr int kCols = (BQ + kFilterWarpCount - 1) / kFilterWarpCount;  // columns of warp 0, the most
     for (int c = ftid; c < BQ; c += FT) {
       sts(fw_bar(c), -f32_inf());
       sts(fw_bound(c), -f32_inf());
@@ -1700,18 +1672,12 @@ struct TopkBlock {
         for (int w = 0; w < kFilterTileWord0 + p.k; w += 4) global_words_reset4(global_bar(c) + w);
     }
     fw_sync();
-    float x[NB][FR];
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
       if (m == 0) {
-        for (int j0 = 0; j0 < kCols; j0 += NB) {
-          if (!fw_live(fw_col(fw, j0))) break;
-          fw_load_batch(fw, j0, x);
-          fw_bound_batch(fw, j0, x);
-        }
-        fw_sync();  // every column's bound and largest key are in place
-        fw_raise_words(ftid);
+        for (int c = ftid; c < BQ; c += FT)
+          if (fw_live(c)) fw_first_bound(c);
         fw_sync();  // every column's raises are issued
         fw_trace(ftid, 0);
         if (ftid == 0 && global_bar_usable(0)) {
@@ -1726,13 +1692,8 @@ struct TopkBlock {
         fw_stage_bars(ftid);
         fw_trace(ftid, 2);
       }
-      for (int j0 = 0; j0 < kCols; j0 += NB) {
-        if (!fw_live(fw_col(fw, j0))) break;
-        fw_load_batch(fw, j0, x);
-        fw_append_batch(fw, j0, tile, x);
-      }
+      for (int c0 = 0; c0 < BQ; c0 += FT) fw_append(c0 + ftid, tile, fw_live(c0 + ftid));  // (warp-uniform rounds)
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
-      fw_sync();                      // every column's count of this tile is in place
       if (m == 0) fw_trace(ftid, 3);
       if (m + 1 < ntiles) fw_stage_bars(ftid);
     }
