@@ -223,9 +223,9 @@ TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
 # MERGE=6, a group's first tile (TopkBlock::trace_first()): the spans between its main loop's end, the steps'
 # stamps, its keys counted and its epilogue's end
 FIRST_STEPS = ("maxima", "bounds", "words", "wait", "stage", "count", "append")
-# MERGE=7's filter warps, first tile: from the MMAs' end, the dump and the bounds' and words' raises; the wait for the
-# other blocks' words; the staging of the bars; the filter and release of the tile
-FILTER_WARP_STEPS = ("dump_and_raise", "wait", "stage", "filter")
+# MERGE=7's filter warps, first tile (thread 0's): from the MMAs' end, the dump and the bounds' and words' raises; the
+# staging of the bars; the filter and release of the tile
+FILTER_WARP_STEPS = ("dump_and_raise", "stage", "filter")
 
 
 def block_timeline(launch, cand_key, blocks: int) -> dict:
@@ -287,9 +287,9 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
             d = np.diff(cols[have], axis=1) / 1e3
             first.append({"group": g, "blocks": int(have.sum()),
                           **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FIRST_STEPS)}})
-    # MERGE=7: the filter warps' first tile (topk.cuh fw_trace(), group 0's slots 0..3), from group 0's MMAs done
-    cols = np.concatenate([ns[:, [TRACE_TURN0 + 1]], ns[:, f0: f0 + 4]], axis=1)
-    have = (cols > 0).all(axis=1) & (ns[:, f0 + 4] == 0)
+    # MERGE=7: the filter warps' first tile (topk.cuh fw_trace(), group 0's slots 0..2), from group 0's MMAs done
+    cols = np.concatenate([ns[:, [TRACE_TURN0 + 1]], ns[:, f0: f0 + len(FILTER_WARP_STEPS)]], axis=1)
+    have = (cols > 0).all(axis=1) & (ns[:, f0 + len(FILTER_WARP_STEPS)] == 0)
     if have.any():
         d = np.diff(cols[have], axis=1) / 1e3
         first.append({"group": "filter warps", "blocks": int(have.sum()),

@@ -1489,14 +1489,14 @@ struct TopkBlock {
   //      group-0 first tiles do, so that each word is a key of its own tiles' rows and the smallest of the k words,
   //      once all are raised, bounds the answer too (filter_bound_pass() says why the answer stays exact with these
   //      bars, ties included).
-  //   2. First tile: one thread adds the block to the block row's count of first tiles that raised their words,
-  //      then waits (TUNELAB_SIM_FILTER_WAIT_PCT / _NS) for the other blocks' - only the filter warps wait: the MMA
-  //      warps multiply the next tile meanwhile - and the warps stage each column's bar: the largest of the block's
-  //      bound, the global bar and the smallest word (filter_stage_bars()'s loads).
+  //   2. First tile: each column's bar is staged, the largest of the block's bound, the global bar and the smallest
+  //      word (filter_stage_bars()'s loads, one round trip a column). Unlike MERGE=6's, the filter warps do
+  //      not wait for the other blocks' words: waiting did not lower the candidates (86 a query either way) and the
+  //      search took 49.6 us with it, 48.0 without (an H100, results/similarity_filtered_warps4_h100.json).
   //   3. Every key of a column at least its bar (NaN never passes) goes to the split's segment of the query's
   //      candidate row with its index, after the column's count (the owning thread's).
-  //   4. The tile is released (empty); if another follows, the bars are staged again for it now, while the MMA
-  //      warps multiply it, so that its filter waits for no L2 load.
+  //   4. The tile is released (empty). If another follows, each column's bar for it is staged during the column's
+  //      scan (its loads in flight meanwhile), so that no filter waits for a load of L2 but the first tile's.
   // At the end the counts go to the rows (as filter_write_counts()). The filtered select reads the rows, the global
   // bar and the words as after MERGE=6.
   static constexpr int FP = topk_filter_tile_pitch(BN);
@@ -1592,41 +1592,60 @@ struct TopkBlock {
         global_bar_raise(tile_max_word(c, static_cast<int>(blockIdx.y) % p.k), ordered_bits(top));
     }
   }
-  // Steps 2 and 4's staging: every column's bar for the next filter (one thread per column, loads in flight
-  // together), then the filter warps' barrier.
-  // (The words are loaded 16 at a time, not tile_max_bar()'s 32: its 8 loads in flight took the filter warps past
-  // their registers.)
-  __device__ __forceinline__ void fw_stage_bars(int ftid) const {
-    for (int c = ftid; c < BQ; c += FT) {
-      float bar = lds(fw_bound(c));
-      if (global_bar_usable(c)) {
-        const unsigned g = global_bar_load(global_bar(c));
-        unsigned m = 0xffffffffu;
-        for (int w0 = 0; w0 < p.k; w0 += 16) {
-          uint4 v[4];
+  // Steps 2 and 4, a column's bar: the largest of the block's bound, the query's global bar and the smallest of its
+  // k tile-maximum words (no bar while one is not raised: it reads 0). fw_bar_issue() issues the column's loads of
+  // L2 (the global bar and words 0..15 at once: one round trip), fw_bar_take() waits for them (and loads words
+  // 16..31 when k > 16: a second round trip; with all 32 in flight, or a thread's two columns' loads at once, ptxas
+  // spilled the filter warps' registers) and stores the bar for the column's next filter. A thread stages its
+  // columns' bars itself, so no barrier orders them.
+  static constexpr int kFwWordLoads = 4;  // uint4 loads in flight a column: words 0..15
+  struct FwBarLoads {
+    unsigned g;
+    uint4 v[kFwWordLoads];
+  };
+  __device__ __forceinline__ FwBarLoads fw_bar_issue(int c) const {
+    FwBarLoads l;
+    l.g = 0u;
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            if (w0 + 4 * i < p.k) v[i] = global_words_load4(tile_max_word(c, w0 + 4 * i));
+    for (int i = 0; i < kFwWordLoads; ++i) l.v[i].x = l.v[i].y = l.v[i].z = l.v[i].w = ~0u;
+    if (!global_bar_usable(c)) return l;
+    l.g = global_bar_load(global_bar(c));
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const unsigned w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+    for (int i = 0; i < kFwWordLoads; ++i)
+      if (4 * i < p.k) l.v[i] = global_words_load4(tile_max_word(c, 4 * i));
+    return l;
+  }
+  __device__ __forceinline__ void fw_bar_take(int c, const FwBarLoads& l) const {
+    unsigned m = 0xffffffffu;
+    auto fold = [&](const uint4& v, int w0) {
+      const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (w0 + 4 * i + e < p.k) m = w[e] < m ? w[e] : m;
-          }
-        }
-        bar = fmaxf(bar, fmaxf(ordered_float(g), ordered_float(m)));
-      }
-      sts(fw_bar(c), bar);
+      for (int e = 0; e < 4; ++e)
+        if (w0 + e < p.k) m = w[e] < m ? w[e] : m;
+    };
+#pragma unroll
+    for (int i = 0; i < kFwWordLoads; ++i) fold(l.v[i], 4 * i);
+    if (p.k > 4 * kFwWordLoads && global_bar_usable(c)) {
+      uint4 v[kSelectMaxK / 4 - kFwWordLoads];
+#pragma unroll
+      for (int i = 0; i < kSelectMaxK / 4 - kFwWordLoads; ++i)
+        if (4 * (kFwWordLoads + i) < p.k) v[i] = global_words_load4(tile_max_word(c, 4 * (kFwWordLoads + i)));
+#pragma unroll
+      for (int i = 0; i < kSelectMaxK / 4 - kFwWordLoads; ++i)
+        if (4 * (kFwWordLoads + i) < p.k) fold(v[i], 4 * (kFwWordLoads + i));
     }
-    fw_sync();
+    const float words = global_bar_usable(c) ? ordered_float(m) : -f32_inf();
+    sts(fw_bar(c), fmaxf(lds(fw_bound(c)), fmaxf(ordered_float(l.g), words)));
   }
   // Step 3 for column c: the keys at least its staged bar to the split's segment, after the column's count (NaN
   // never passes); the warp skips the stores of a row group no lane's key passes. Every lane of the warp calls it
-  // (a column past BQ or nq: live = false, nothing read or written).
-  __device__ __forceinline__ void fw_append(int c, int tile, bool live) const {
+  // (a column past BQ or nq: live = false, nothing read or written). With `next`, the column's bar for the next tile
+  // is staged meanwhile (its loads are in flight during the scan).
+  __device__ __forceinline__ void fw_append(int c, int tile, bool live, bool next) const {
     const float bar = live ? lds(fw_bar(c)) : f32_inf();
     int n = live ? lds(fw_count(c)) : 0;
+    FwBarLoads l;
+    if (next && live) l = fw_bar_issue(c);
     const long long row = static_cast<long long>(q0 + c) * p.dense_ld +
                           static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
     const int id0 = static_cast<int>(p.index_base) + tile * BN;
@@ -1653,17 +1672,20 @@ struct TopkBlock {
       }
     }
     if (live) sts(fw_count(c), n);
+    if (next && live) fw_bar_take(c, l);
   }
 
-  // The diagnosis build's steps of the filter warps' first tile, in group 0's first-tile slots (kTraceFirst0 + {0:
-  // the bounds and words are raised, 1: the wait for the other blocks' words is over, 2: the bars are staged, 3:
-  // the tile is filtered and released}; the MMA warps' turns keep their own slots).
+  // The diagnosis build's steps of the filter warps' first tile (thread 0's), in group 0's first-tile slots
+  // (kTraceFirst0 + {0: the bounds and words are raised, 1: the bars are staged, 2: the tile is filtered and
+  // released}; the MMA warps' turns keep their own slots).
   __device__ __forceinline__ void fw_trace(int ftid, int step) const {
     if (kTrace && ftid == 0) trace(kTraceFirst0 + step);
   }
   // The filter warps' side (warps kWarps + 1 .. kWarps + 3), for the block's ntiles tiles from tile_begin.
   __device__ __forceinline__ void filter_warps_run(int tile_begin, int ntiles) {
     const int ftid = tid - 32 * (Tr::kWarps + 1);
+    static_assert(BQ <= 2 * FT, "MERGE=7: at most two query columns a filter thread");
+    const int c0 = ftid;  // this thread's columns: c0, c0 + FT
     for (int c = ftid; c < BQ; c += FT) {
       sts(fw_bar(c), -f32_inf());
       sts(fw_bound(c), -f32_inf());
@@ -1671,36 +1693,32 @@ struct TopkBlock {
       if (global_bar_usable(c))
         for (int w = 0; w < kFilterTileWord0 + p.k; w += 4) global_words_reset4(global_bar(c) + w);
     }
-    fw_sync();
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
       if (m == 0) {
-        for (int c = ftid; c < BQ; c += FT)
+#pragma unroll 1
+        for (int c = c0; c < BQ; c += FT)
           if (fw_live(c)) fw_first_bound(c);
-        fw_sync();  // every column's raises are issued
         fw_trace(ftid, 0);
-        if (ftid == 0 && global_bar_usable(0)) {
-          global_count_release_add(tile_max_count());
-          const unsigned need = (gridDim.y * kFilterWaitPct + 99u) / 100u;
-          const unsigned long long t0 = spin_clock_ns();
-          while (global_count_acquire(tile_max_count()) < need && spin_clock_ns() - t0 < kFilterWaitNs)
-            spin_pause_ns(kFilterPollNs);
-        }
-        fw_sync();
+#pragma unroll 1
+        for (int c = c0; c < BQ; c += FT)
+          if (fw_live(c)) fw_bar_take(c, fw_bar_issue(c));
         fw_trace(ftid, 1);
-        fw_stage_bars(ftid);
-        fw_trace(ftid, 2);
       }
-      for (int c0 = 0; c0 < BQ; c0 += FT) fw_append(c0 + ftid, tile, fw_live(c0 + ftid));  // (warp-uniform rounds)
+      const bool next = m + 1 < ntiles;
+#pragma unroll 1
+      for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT) fw_append(c, tile, fw_live(c), next);  // (warp-uniform)
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
-      if (m == 0) fw_trace(ftid, 3);
-      if (m + 1 < ntiles) fw_stage_bars(ftid);
+      if (m == 0) fw_trace(ftid, 2);
     }
     const long long at = static_cast<long long>(gridDim.y) * p.tiles_per_split * BN + blockIdx.y;
     for (int c = ftid; c < BQ; c += FT)
       if (q0 + c < p.nq) p.cand_idx[static_cast<long long>(q0 + c) * p.dense_ld + at] = lds(fw_count(c));
-    if (ftid == 0) trace(kTraceDone);
+    if constexpr (kTrace) {
+      fw_sync();  // (the block's end: every filter thread's)
+      if (ftid == 0) trace(kTraceDone);
+    }
   }
 
   // Dot products -> score tile rows of pass `pass` (and, for cosine / l2, the rows' squared norms -> norms[]);
