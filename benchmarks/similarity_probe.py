@@ -224,8 +224,8 @@ TURN_EVENTS = ("loop_start", "loop_done", "precheck_done", "epilogue_done")
 # stamps, its keys counted and its epilogue's end
 FIRST_STEPS = ("maxima", "bounds", "words", "wait", "stage", "count", "append")
 # MERGE=7's filter warps, first tile (thread 0's): from the MMAs' end, the dump and the bounds' and words' raises; the
-# staging of the bars; the filter and release of the tile
-FILTER_WARP_STEPS = ("dump_and_raise", "stage", "filter")
+# keys at the bounds held and the tile released; the bars staged and the held keys appended
+FILTER_WARP_STEPS = ("dump_and_raise", "hold_and_release", "stage_and_append")
 
 
 def block_timeline(launch, cand_key, blocks: int) -> dict:

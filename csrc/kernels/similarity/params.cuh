@@ -131,11 +131,13 @@ TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeF
 TUNELAB_SIM_HD constexpr bool topk_keeps_lists(int merge) { return merge <= 4; }
 // MERGE=7's shared memory past the ring: the score tile ([BLOCK_Q][BLOCK_N + 4] floats: = 4 mod 32 words, so that
 // the MMA warps' fragment stores are conflict-free), per query column 4 words (the staged bar, the block's bound,
-// the block's count, one unused), and three mbarriers (the tile is full; the filter warps are done with an even
-// tile, with an odd one) in 32 bytes.
+// the block's count, the first tile's held keys), three mbarriers (the tile is full; the filter warps are done with
+// an even tile, with an odd one) in 32 bytes, then the first tile's held keys and rows, [BLOCK_Q][cap + 1] each
+// (kFilterHeld; the odd pitch: a thread per column, conflict-free).
+constexpr int kFilterHeld = 32;
 TUNELAB_SIM_HD constexpr int topk_filter_tile_pitch(int block_n) { return block_n + 4; }
 TUNELAB_SIM_HD constexpr int topk_filter_tile_bytes(int block_q, int block_n) {
-  return block_q * topk_filter_tile_pitch(block_n) * 4 + block_q * 16 + 32;
+  return block_q * topk_filter_tile_pitch(block_n) * 4 + block_q * 16 + 32 + block_q * (kFilterHeld + 1) * 8;
 }
 // MERGE=7: the producer warpgroup's warps 1..3 filter (named barrier 4 over them).
 constexpr int kFilterWarpCount = 3;

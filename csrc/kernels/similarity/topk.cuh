@@ -1489,14 +1489,16 @@ struct TopkBlock {
   //      group-0 first tiles do, so that each word is a key of its own tiles' rows and the smallest of the k words,
   //      once all are raised, bounds the answer too (filter_bound_pass() says why the answer stays exact with these
   //      bars, ties included).
-  //   2. First tile: each column's bar is staged, the largest of the block's bound, the global bar and the smallest
-  //      word (filter_stage_bars()'s loads, one round trip a column). Unlike MERGE=6's, the filter warps do
-  //      not wait for the other blocks' words: waiting did not lower the candidates (86 a query either way) and the
+  //   2. First tile: the column's keys at least its bound are held in shared memory and the tile is released at
+  //      once (fw_hold()); then its bar is staged, the largest of the block's bound, the global bar and the
+  //      smallest word (filter_stage_bars()'s loads, one round trip a column), and the held keys that reach it are
+  //      appended. Unlike MERGE=6's, the filter warps do not wait for the other blocks' words: waiting (when the
+  //      first tile's own keys waited for the bars) did not lower the candidates (86 a query either way) and the
   //      search took 49.6 us with it, 48.0 without (an H100, results/similarity_filtered_warps4_h100.json).
-  //   3. Every key of a column at least its bar (NaN never passes) goes to the split's segment of the query's
-  //      candidate row with its index, after the column's count (the owning thread's).
-  //   4. The tile is released (empty). If another follows, each column's bar for it is staged during the column's
-  //      scan (its loads in flight meanwhile), so that no filter waits for a load of L2 but the first tile's.
+  //   3. Later tiles: every key of a column at least its bar (NaN never passes) goes to the split's segment of the
+  //      query's candidate row with its index, after the column's count (the owning thread's), and the tile is
+  //      released. If another follows, each column's bar for it is staged during the column's scan (its loads in
+  //      flight meanwhile), so that no filter waits for a load of L2.
   // At the end the counts go to the rows (as filter_write_counts()). The filtered select reads the rows, the global
   // bar and the words as after MERGE=6.
   static constexpr int FP = topk_filter_tile_pitch(BN);
@@ -1506,7 +1508,12 @@ struct TopkBlock {
   __device__ __forceinline__ float* fw_bar(int c) const { return fw_tile() + BQ * FP + 4 * c; }
   __device__ __forceinline__ float* fw_bound(int c) const { return fw_tile() + BQ * FP + 4 * c + 1; }
   __device__ __forceinline__ int* fw_count(int c) const { return reinterpret_cast<int*>(fw_tile() + BQ * FP + 4 * c + 2); }
-  __device__ __forceinline__ float* fw_top(int c) const { return fw_tile() + BQ * FP + 4 * c + 3; }
+  __device__ __forceinline__ int* fw_held_n(int c) const { return reinterpret_cast<int*>(fw_tile() + BQ * FP + 4 * c + 3); }
+  static constexpr int HP = kFilterHeld + 1;  // the held keys' pitch
+  __device__ __forceinline__ float* fw_held_key(int c) const { return fw_tile() + BQ * FP + 4 * BQ + 8 + c * HP; }
+  __device__ __forceinline__ int* fw_held_idx(int c) const {
+    return reinterpret_cast<int*>(fw_tile() + BQ * FP + 4 * BQ + 8 + BQ * HP + c * HP);
+  }
   __device__ __forceinline__ unsigned fw_full_bar() const {
     return smem_u32(smem) + static_cast<unsigned>(Tr::kScoreOffset + BQ * FP * 4 + BQ * 16);
   }
@@ -1641,8 +1648,8 @@ struct TopkBlock {
   // never passes); the warp skips the stores of a row group no lane's key passes. Every lane of the warp calls it
   // (a column past BQ or nq: live = false, nothing read or written). With `next`, the column's bar for the next tile
   // is staged meanwhile (its loads are in flight during the scan).
-  __device__ __forceinline__ void fw_append(int c, int tile, bool live, bool next) const {
-    const float bar = live ? lds(fw_bar(c)) : f32_inf();
+  __device__ __forceinline__ void fw_append(int c, int tile, bool live, bool next, float bar) const {
+    if (!live) bar = f32_inf();
     int n = live ? lds(fw_count(c)) : 0;
     FwBarLoads l;
     if (next && live) l = fw_bar_issue(c);
@@ -1675,9 +1682,66 @@ struct TopkBlock {
     if (next && live) fw_bar_take(c, l);
   }
 
+  // The first tile, a column's keys at least its own bound (k-th largest of its row groups' maxima: ~1 in 10 of a
+  // 128-row tile) are held in shared memory (kFilterHeld a column), and the tile is released at once: its bar would
+  // need the other blocks' words, one round trip of L2 that takes ~4 us under the corpus stream (an H100: results/
+  // similarity_probe_filtered_trace_warps_trace5_h100.json), and filtering by the block's own bound would append
+  // ~2,700 keys a query (MERGE=6's FIRST_LOCAL experiment, topk.cuh filter_bound_pass()). fw_release_held() then
+  // appends those of them that reach the staged bar while the MMA warps multiply the next tiles. A column with more
+  // keys at its bound than it holds (ties, or fewer than k real keys: no bound) appends them all at once instead.
+  __device__ __forceinline__ void fw_hold(int c, int tile, bool live) const {
+    const float bar = live ? lds(fw_bound(c)) : f32_inf();
+    const int id0 = static_cast<int>(p.index_base) + tile * BN;
+    int n = 0;
+#pragma unroll 4
+    for (int j = 0; j < 32; ++j) {
+      float x[FR];
+      if (live) {
+        fw_rows(c, j, x);
+      } else {
+#pragma unroll
+        for (int r = 0; r < FR; ++r) x[r] = -f32_inf();
+      }
+      bool any = false;
+#pragma unroll
+      for (int r = 0; r < FR; ++r) any = any || x[r] >= bar;
+      if (!__any_sync(0xffffffffu, any)) continue;
+#pragma unroll
+      for (int r = 0; r < FR; ++r) {
+        if (x[r] >= bar) {
+          if (n < kFilterHeld) {
+            sts(fw_held_key(c) + n, x[r]);
+            sts(fw_held_idx(c) + n, id0 + j * FR + r);
+          }
+          ++n;
+        }
+      }
+    }
+    const bool over = n > kFilterHeld;
+    if (live) sts(fw_held_n(c), over ? 0 : n);
+    if (__any_sync(0xffffffffu, over)) fw_append(c, tile, live && over, false, bar);  // (warp-uniform)
+  }
+  // The first tile's held keys of column c that reach its staged bar (fw_bar_take()) to the split's segment.
+  __device__ __forceinline__ void fw_release_held(int c, int tile) const {
+    const float bar = lds(fw_bar(c));
+    const int held = lds(fw_held_n(c));
+    int n = lds(fw_count(c));
+    const long long row = static_cast<long long>(q0 + c) * p.dense_ld +
+                          static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
+    for (int e = 0; e < held; ++e) {
+      const float key = lds(fw_held_key(c) + e);
+      if (key >= bar) {
+        if constexpr (!kTrace) p.cand_key[row + n] = key;
+        p.cand_idx[row + n] = lds(fw_held_idx(c) + e);
+        ++n;
+      }
+    }
+    sts(fw_count(c), n);
+  }
+
   // The diagnosis build's steps of the filter warps' first tile (thread 0's), in group 0's first-tile slots
-  // (kTraceFirst0 + {0: the bounds and words are raised, 1: the bars are staged, 2: the tile is filtered and
-  // released}; the MMA warps' turns keep their own slots).
+  // (kTraceFirst0 + {0: the bounds and words are raised, 1: the keys are held and the tile released, 2: the bars
+  // are staged and the held keys appended}; the MMA warps' turns keep their own slots).
   __device__ __forceinline__ void fw_trace(int ftid, int step) const {
     if (kTrace && ftid == 0) trace(kTraceFirst0 + step);
   }
@@ -1696,21 +1760,29 @@ struct TopkBlock {
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
-      if (m == 0) {
+      if (m == 0) {  // (see fw_hold())
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
           if (fw_live(c)) fw_first_bound(c);
         fw_trace(ftid, 0);
 #pragma unroll 1
-        for (int c = c0; c < BQ; c += FT)
-          if (fw_live(c)) fw_bar_take(c, fw_bar_issue(c));
+        for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT) fw_hold(c, tile, fw_live(c));  // (warp-uniform)
+        mbar::arrive(fw_empty_bar(0));  // this thread's reads of the tile are done
         fw_trace(ftid, 1);
+#pragma unroll 1
+        for (int c = c0; c < BQ; c += FT)
+          if (fw_live(c)) {
+            fw_bar_take(c, fw_bar_issue(c));
+            fw_release_held(c, tile);
+          }
+        fw_trace(ftid, 2);
+        continue;
       }
       const bool next = m + 1 < ntiles;
 #pragma unroll 1
-      for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT) fw_append(c, tile, fw_live(c), next);  // (warp-uniform)
+      for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT)  // (warp-uniform)
+        fw_append(c, tile, fw_live(c), next, fw_live(c) ? lds(fw_bar(c)) : 0.f);
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
-      if (m == 0) fw_trace(ftid, 2);
     }
     const long long at = static_cast<long long>(gridDim.y) * p.tiles_per_split * BN + blockIdx.y;
     for (int c = ftid; c < BQ; c += FT)
