@@ -1644,6 +1644,39 @@ struct TopkBlock {
     const float words = global_bar_usable(c) ? ordered_float(m) : -f32_inf();
     sts(fw_bar(c), fmaxf(lds(fw_bound(c)), fmaxf(ordered_float(l.g), words)));
   }
+  // A scan of column c (every lane of the warp: a column past BQ or nq has live = false and reads nothing): each key
+  // at least `bar` (NaN never passes) goes to emit(key, its row in the tile), in row order. KC row groups are loaded
+  // at once, and the warp skips the emits of a chunk no lane's key passes: one group at a time, each load's latency
+  // and a vote a group took the first tile's scan of two columns to ~6-13 us on an H100 (results/similarity_probe_
+  // filtered_trace_warps_trace6_h100.json).
+  static constexpr int KC = 8;
+  template <class Emit>
+  __device__ __forceinline__ void fw_scan(int c, bool live, float bar, Emit emit) const {
+#pragma unroll 1
+    for (int j0 = 0; j0 < 32; j0 += KC) {
+      float x[KC][FR];
+#pragma unroll
+      for (int jj = 0; jj < KC; ++jj) {
+        if (live) {
+          fw_rows(c, j0 + jj, x[jj]);
+        } else {
+#pragma unroll
+          for (int r = 0; r < FR; ++r) x[jj][r] = -f32_inf();
+        }
+      }
+      bool any = false;
+#pragma unroll
+      for (int jj = 0; jj < KC; ++jj)
+#pragma unroll
+        for (int r = 0; r < FR; ++r) any = any || x[jj][r] >= bar;
+      if (!__any_sync(0xffffffffu, any)) continue;
+#pragma unroll
+      for (int jj = 0; jj < KC; ++jj)
+#pragma unroll
+        for (int r = 0; r < FR; ++r)
+          if (x[jj][r] >= bar) emit(x[jj][r], (j0 + jj) * FR + r);
+    }
+  }
   // Step 3 for column c: the keys at least its staged bar to the split's segment, after the column's count (NaN
   // never passes); the warp skips the stores of a row group no lane's key passes. Every lane of the warp calls it
   // (a column past BQ or nq: live = false, nothing read or written). With `next`, the column's bar for the next tile
@@ -1656,28 +1689,11 @@ struct TopkBlock {
     const long long row = static_cast<long long>(q0 + c) * p.dense_ld +
                           static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
     const int id0 = static_cast<int>(p.index_base) + tile * BN;
-#pragma unroll 4
-    for (int j = 0; j < 32; ++j) {
-      float x[FR];
-      if (live) {
-        fw_rows(c, j, x);
-      } else {
-#pragma unroll
-        for (int r = 0; r < FR; ++r) x[r] = -f32_inf();
-      }
-      bool any = false;
-#pragma unroll
-      for (int r = 0; r < FR; ++r) any = any || x[r] >= bar;
-      if (!__any_sync(0xffffffffu, any)) continue;
-#pragma unroll
-      for (int r = 0; r < FR; ++r) {
-        if (x[r] >= bar) {
-          if constexpr (!kTrace) p.cand_key[row + n] = x[r];  // (trace: its stamps)
-          p.cand_idx[row + n] = id0 + j * FR + r;
-          ++n;
-        }
-      }
-    }
+    fw_scan(c, live, bar, [&](float key, int r) {
+      if constexpr (!kTrace) p.cand_key[row + n] = key;  // (trace: its stamps)
+      p.cand_idx[row + n] = id0 + r;
+      ++n;
+    });
     if (live) sts(fw_count(c), n);
     if (next && live) fw_bar_take(c, l);
   }
@@ -1693,30 +1709,13 @@ struct TopkBlock {
     const float bar = live ? lds(fw_bound(c)) : f32_inf();
     const int id0 = static_cast<int>(p.index_base) + tile * BN;
     int n = 0;
-#pragma unroll 4
-    for (int j = 0; j < 32; ++j) {
-      float x[FR];
-      if (live) {
-        fw_rows(c, j, x);
-      } else {
-#pragma unroll
-        for (int r = 0; r < FR; ++r) x[r] = -f32_inf();
+    fw_scan(c, live, bar, [&](float key, int r) {
+      if (n < kFilterHeld) {
+        sts(fw_held_key(c) + n, key);
+        sts(fw_held_idx(c) + n, id0 + r);
       }
-      bool any = false;
-#pragma unroll
-      for (int r = 0; r < FR; ++r) any = any || x[r] >= bar;
-      if (!__any_sync(0xffffffffu, any)) continue;
-#pragma unroll
-      for (int r = 0; r < FR; ++r) {
-        if (x[r] >= bar) {
-          if (n < kFilterHeld) {
-            sts(fw_held_key(c) + n, x[r]);
-            sts(fw_held_idx(c) + n, id0 + j * FR + r);
-          }
-          ++n;
-        }
-      }
-    }
+      ++n;
+    });
     const bool over = n > kFilterHeld;
     if (live) sts(fw_held_n(c), over ? 0 : n);
     if (__any_sync(0xffffffffu, over)) fw_append(c, tile, live && over, false, bar);  // (warp-uniform)
