@@ -1645,36 +1645,39 @@ struct TopkBlock {
     sts(fw_bar(c), fmaxf(lds(fw_bound(c)), fmaxf(ordered_float(l.g), words)));
   }
   // A scan of column c (every lane of the warp: a column past BQ or nq has live = false and reads nothing): each key
-  // at least `bar` (NaN never passes) goes to emit(key, its row in the tile), in row order. KC row groups are loaded
-  // at once, and the warp skips the emits of a chunk no lane's key passes: one group at a time, each load's latency
-  // and a vote a group took the first tile's scan of two columns to ~6-13 us on an H100 (results/similarity_probe_
-  // filtered_trace_warps_trace6_h100.json).
-  static constexpr int KC = 8;
+  // at least `bar` (NaN never passes) goes to emit(key, its row in the tile), in row order. KC row groups (up to 32
+  // rows) are loaded at once and their passes kept as a bit mask; the warp skips a chunk no lane's key passes, and a
+  // lane emits its passes one set bit at a time (the key reread from the tile). One group at a time, each load's
+  // latency and a vote a group, took the first tile's scan of two columns to 12.8 us on an H100 (results/
+  // similarity_probe_filtered_trace_warps_trace6_h100.json), and 8 groups at once with an emit path through every
+  // key (its count a chain through all 32) 10.2 (..._warps_trace7_h100.json).
+  static constexpr int KC = 32 / FR > 0 ? 32 / FR : 1;
   template <class Emit>
   __device__ __forceinline__ void fw_scan(int c, bool live, float bar, Emit emit) const {
+    const float* col = fw_tile() + c * FP;
 #pragma unroll 1
     for (int j0 = 0; j0 < 32; j0 += KC) {
       float x[KC][FR];
 #pragma unroll
       for (int jj = 0; jj < KC; ++jj) {
-        if (live) {
+        if (live && j0 + jj < 32) {
           fw_rows(c, j0 + jj, x[jj]);
-        } else {
+        } else {  // (NaN: passes no bar, -inf included)
 #pragma unroll
-          for (int r = 0; r < FR; ++r) x[jj][r] = -f32_inf();
+          for (int r = 0; r < FR; ++r) x[jj][r] = f32_nan();
         }
       }
-      bool any = false;
+      unsigned mask = 0u;
 #pragma unroll
       for (int jj = 0; jj < KC; ++jj)
 #pragma unroll
-        for (int r = 0; r < FR; ++r) any = any || x[jj][r] >= bar;
-      if (!__any_sync(0xffffffffu, any)) continue;
-#pragma unroll
-      for (int jj = 0; jj < KC; ++jj)
-#pragma unroll
-        for (int r = 0; r < FR; ++r)
-          if (x[jj][r] >= bar) emit(x[jj][r], (j0 + jj) * FR + r);
+        for (int r = 0; r < FR; ++r) mask |= static_cast<unsigned>(x[jj][r] >= bar) << (jj * FR + r);
+      if (!__any_sync(0xffffffffu, mask != 0u)) continue;
+      while (mask != 0u) {
+        const int row = j0 * FR + lowest_set_bit(mask);
+        mask &= mask - 1u;
+        emit(lds(col + row), row);
+      }
     }
   }
   // Step 3 for column c: the keys at least its staged bar to the split's segment, after the column's count (NaN
