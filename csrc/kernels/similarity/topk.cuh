@@ -1505,10 +1505,12 @@ struct TopkBlock {
   static constexpr int FR = BN / 32;  // keys of a column per filter lane
   static constexpr int FT = 32 * kFilterWarpCount;
   __device__ __forceinline__ float* fw_tile() const { return reinterpret_cast<float*>(smem + Tr::kScoreOffset); }
-  __device__ __forceinline__ float* fw_bar(int c) const { return fw_tile() + BQ * FP + 4 * c; }
-  __device__ __forceinline__ float* fw_bound(int c) const { return fw_tile() + BQ * FP + 4 * c + 1; }
-  __device__ __forceinline__ int* fw_count(int c) const { return reinterpret_cast<int*>(fw_tile() + BQ * FP + 4 * c + 2); }
-  __device__ __forceinline__ int* fw_held_n(int c) const { return reinterpret_cast<int*>(fw_tile() + BQ * FP + 4 * c + 3); }
+  // column c's words: its staged bar, the block's bound, the block's count, the first tile's held keys
+  __device__ __forceinline__ float* fw_word(int c, int w) const { return fw_tile() + BQ * FP + 4 * c + w; }
+  __device__ __forceinline__ float* fw_bar(int c) const { return fw_word(c, 0); }
+  __device__ __forceinline__ float* fw_bound(int c) const { return fw_word(c, 1); }
+  __device__ __forceinline__ int* fw_count(int c) const { return reinterpret_cast<int*>(fw_word(c, 2)); }
+  __device__ __forceinline__ int* fw_held_n(int c) const { return reinterpret_cast<int*>(fw_word(c, 3)); }
   static constexpr int HP = kFilterHeld + 1;  // the held keys' pitch
   __device__ __forceinline__ float* fw_held_key(int c) const { return fw_tile() + BQ * FP + 4 * BQ + 8 + c * HP; }
   __device__ __forceinline__ int* fw_held_idx(int c) const {
@@ -1680,9 +1682,8 @@ struct TopkBlock {
       }
     }
   }
-  // Step 3 for column c: the keys at least its staged bar to the split's segment, after the column's count (NaN
-  // never passes); the warp skips the stores of a row group no lane's key passes. Every lane of the warp calls it
-  // (a column past BQ or nq: live = false, nothing read or written). With `next`, the column's bar for the next tile
+  // Step 3 for column c: the keys at least `bar` (its staged bar) to the split's segment, after the column's count
+  // (fw_scan()). Every lane of the warp calls it (a column past BQ or nq: live = false, nothing read or written). With `next`, the column's bar for the next tile
   // is staged meanwhile (its loads are in flight during the scan).
   __device__ __forceinline__ void fw_append(int c, int tile, bool live, bool next, float bar) const {
     if (!live) bar = f32_inf();
