@@ -1574,14 +1574,21 @@ struct TopkBlock {
     }
   }
   // Step 1 for column c (a first tile): the k-th largest of the 32 row groups' maxima bounds the column (k groups
-  // supply k distinct keys at least as large); it is the block's bound and raises the query's global bar, and the
-  // largest key raises tile-maximum word (split mod k). One warp instruction raises 32 columns' words (one lane's
-  // atomics at a time, ~1 us a batch of 4 columns under the corpus stream on an H100, took the first tile's raises
-  // to 12.5 us: results/similarity_probe_filtered_trace_warps_trace_h100.json).
+  // supply k distinct keys at least as large); it is the block's bound and raises the query's global bar. The
+  // FW_RAISES largest group maxima (keys of distinct rows) raise tile-maximum words (split + i) mod k, i = 0, 1, ..:
+  // a tile puts at most one key in a word, so the k words still hold keys of k distinct rows, and each word takes
+  // the best of more keys than MERGE=6's one a first tile (its bar lets ~2.9 N / M keys through where M keys fed a
+  // word: 86 candidates a query at 50K / 100 with one raise a tile, results/similarity_filtered_final7_h100.json).
+  // One warp instruction raises 32 columns' words (one lane's atomics at a time, ~1 us a batch of 4 columns under
+  // the corpus stream on an H100, took the first tile's raises to 12.5 us:
+  // results/similarity_probe_filtered_trace_warps_trace_h100.json).
+  static constexpr int FW_RAISES = 4;
   __device__ __forceinline__ void fw_first_bound(int c) const {
     const bool low = p.k > 16;
     const float s = low ? -1.f : 1.f;
-    float v[16], w[16], top = -f32_inf();
+    float v[16], w[16], top[FW_RAISES];
+#pragma unroll
+    for (int i = 0; i < FW_RAISES; ++i) top[i] = -f32_inf();
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       float x[FR];
@@ -1589,16 +1596,23 @@ struct TopkBlock {
       float m = -f32_inf();
 #pragma unroll
       for (int r = 0; r < FR; ++r) m = fmaxf(m, x[r]);  // (fmaxf drops NaN: rows past n, NaN keys)
-      top = fmaxf(top, m);
       if (j < 16) v[j] = s * m;
       else w[j - 16] = s * m;
+#pragma unroll
+      for (int i = 0; i < FW_RAISES; ++i) {  // m into the descending top[] (one key a group: distinct rows)
+        const float hi = fmaxf(top[i], m);
+        m = fminf(top[i], m);
+        top[i] = hi;
+      }
     }
     const float b = lane_kth_largest_of_32_core(v, w, s, low ? 33 - p.k : p.k);
     sts(fw_bound(c), b);
     if (global_bar_usable(c)) {
       if (b > -f32_inf()) global_bar_raise(global_bar(c), ordered_bits(b));
-      if (top > -f32_inf())
-        global_bar_raise(tile_max_word(c, static_cast<int>(blockIdx.y) % p.k), ordered_bits(top));
+#pragma unroll
+      for (int i = 0; i < FW_RAISES; ++i)
+        if (i < p.k && top[i] > -f32_inf())
+          global_bar_raise(tile_max_word(c, (static_cast<int>(blockIdx.y) + i) % p.k), ordered_bits(top[i]));
     }
   }
   // Steps 2 and 4, a column's bar: the largest of the block's bound, the query's global bar and the smallest of its
