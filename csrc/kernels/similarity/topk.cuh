@@ -1577,8 +1577,9 @@ struct TopkBlock {
   // supply k distinct keys at least as large); it is the block's bound and raises the query's global bar. The
   // FW_RAISES largest group maxima (keys of distinct rows) raise tile-maximum words (split + i) mod k, i = 0, 1, ..:
   // a tile puts at most one key in a word, so the k words still hold keys of k distinct rows, and each word takes
-  // the best of more keys than MERGE=6's one a first tile (its bar lets ~2.9 N / M keys through where M keys fed a
-  // word: 86 candidates a query at 50K / 100 with one raise a tile, results/similarity_filtered_final7_h100.json).
+  // the best of more keys than MERGE=6's one a first tile. Measured on an H100 at 50K / 100: 76 candidates a query
+  // against 86 with one raise a tile, the pair 51.6 us either way (results/similarity_filtered_raises4_h100.json,
+  // similarity_filtered_final7_h100.json).
   // One warp instruction raises 32 columns' words (one lane's atomics at a time, ~1 us a batch of 4 columns under
   // the corpus stream on an H100, took the first tile's raises to 12.5 us:
   // results/similarity_probe_filtered_trace_warps_trace_h100.json).
