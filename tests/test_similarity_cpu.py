@@ -316,6 +316,38 @@ def test_fma_main_loop_rules_space_and_compile():
             assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0, (arch, cfg, r)
 
 
+def test_filter_warps_rules_layout_and_fallback():
+    """MERGE=7 (the filtered search's keys filtered by the TMA producer's spare warps): only with the TMA producer
+    (MMA 2, 3), named in the launcher's error and the space's rejection; one score tile for the block with the filter
+    warps' words, mbarriers and held keys in the launcher's and Python's shared-memory formulas alike; in the space
+    for 16-bit inputs only; moved to the cp.async loop (rows TMA cannot read) it becomes MERGE=6; the 50K / 100
+    config compiles for sm_90 without spills, for every metric."""
+    from tunelab.tuning.families.similarity import SearchProblem, merge_choices, smem_bytes_py
+
+    sim = _sim()
+    dense = sim.default_config(100, 10, "float16", 768, arch="sm_90", n=65536)
+    fw = dict(dense, MERGE=sim.MERGE_FILTER_WARPS)
+    assert dense["MMA"] == 3
+    S.topk_validate(fw, 0, 0)  # (raises on a config it refuses)
+    for bad in (dict(fw, MMA=0, STAGES=3), dict(fw, MMA=1)):
+        with pytest.raises(ConfigError, match="MERGE=7 .*MMA 2 or 3"):
+            S.topk_validate(bad, 0, 0)
+    ring = dense["STAGES"] * (dense["BLOCK_N"] + dense["BLOCK_Q"]) * 128
+    tile = dense["BLOCK_Q"] * (dense["BLOCK_N"] + 4) * 4 + dense["BLOCK_Q"] * 16 + 32 + dense["BLOCK_Q"] * 33 * 8
+    ring_bars = 16 * dense["STAGES"] + 16  # full[] and empty[] of the ring, ping-pong's order[2]
+    assert S.topk_static_smem_bytes(fw, 0, 0) == ring + tile + ring_bars
+    for metric, code in (("ip", 0), ("l2", 2)):
+        assert smem_bytes_py(fw, 2, 10, metric) == S.topk_smem_bytes(fw, 0, code, 10)
+    assert sim.MERGE_FILTER_WARPS in merge_choices(SearchProblem(100, 50000, 768, 10, "fp16"))
+    assert sim.MERGE_FILTER_WARPS not in merge_choices(SearchProblem(100, 50000, 768, 10, "fp32"))
+    moved = sim.without_tma(fw, 10, "float16", "ip", sim.smem_limit("sm_90"))
+    assert moved["MMA"] == 1 and moved["MERGE"] == sim.MERGE_FILTERED, moved
+    S.topk_validate(moved, 0, 0)
+    for metric in ("ip", "cosine", "l2"):
+        res = sim.compile_search(fw, dtype="float16", metric=metric, arch="sm_90", use_cache=False).resources
+        assert res.spill_store_bytes == 0 and res.stack_bytes == 0, (metric, res)
+
+
 def test_cluster_and_prefetch_rules_layout_and_plan():
     """CLUSTER (thread-block clusters sharing query slices by TMA multicast) and PREFETCH (L2 prefetch of later
     tiles): only with the TMA producer (MMA 2, 3), named in the launcher's error; neither is in the tuner's space

@@ -399,13 +399,16 @@ def _thread_lists_fit(config: Mapping[str, Any]) -> bool:
 
 def without_tma(config: Mapping[str, Any], k: int, dtype: str, metric: str, limit: int) -> dict:
     """An MMA 2 or 3 config moved to the cp.async wgmma loop (MMA=1, STAGES >= 3), for rows TMA cannot read: thread
-    lists give way to shared lists (MERGE=2) where MMA=1's registers cannot hold them, then the shared memory is
+    lists give way to shared lists (MERGE=2) where MMA=1's registers cannot hold them, the filter warps (MERGE=7)
+    to the MMA warps' filter (MERGE=6), then the shared memory is
     fitted again. Tiles whose accumulators MMA=1 cannot hold (256 rows of 128 queries) are halved. A dense search of
     one query tile of 8 (the few-query default above FEW_QUERIES_MMA_DENSE_MAX_N) takes the few-query dense config
     of the mma.sync loop instead, the one measured below that size."""
     if config["MERGE"] == MERGE_DENSE and config["BLOCK_Q"] == 8:
         return fit_config(_few_query_mma_dense(vec=config["VEC"]), k, dtype, limit, metric)
     cfg = dict(_with_mma(config, 1), STAGES=max(3, config["STAGES"]))
+    if cfg["MERGE"] == MERGE_FILTER_WARPS:  # (its filter warps are the TMA producer's): the MMA warps filter
+        cfg["MERGE"] = MERGE_FILTERED
     while accumulators(cfg) > max_accumulators(cfg) and cfg["BLOCK_N"] > 64 * (cfg["WARPS_N"] // 4):
         cfg["BLOCK_N"] //= 2
     if _S.topk_thread_lists(cfg["MERGE"]) and not _thread_lists_fit(cfg):
