@@ -296,11 +296,11 @@ def test_filtered_search_matches_dense_and_reference(merge):
     over the segments), and MERGE=7 (the same, filtered by the TMA producer's spare warps) where the dense config has
     the TMA producer (16-bit inputs), give the dense search's answer on the same main loop (bit-identical keys, same
     tie rule) for every metric (fp16) and dtype (bf16 with l2, fp32 with ip: each pair is two more compiles, and the
-    suite has to fit a device call), k from 1 to 32, N not a multiple of a tile, and on a new corpus after an old one; its
-    segment counts (filter_counts) fit their segments and reach k per query, far fewer than N at 60K rows (under 5%,
-    which the global bars make: 7.7% without them), also where the candidate buffers start out holding bars above
-    every key; rows that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses an
-    explicit MERGE=6 or 7."""
+    suite has to fit a device call), k from 1 to 32, N not a multiple of a tile, and on a new corpus after an old
+    one; its segment counts (filter_counts) fit their segments and reach k per query, far fewer than N at 60K rows
+    (under 5%, which the global bars make: 7.7% without them), also where the candidate buffers start out holding
+    bars above every key; rows that all tie (every key passes every bar) give rows 0..k-1; a streamed corpus refuses
+    an explicit MERGE=6 or 7."""
     from tunelab.errors import InputError
     from tunelab.tuning.families.similarity import check_topk
 
