@@ -1472,23 +1472,23 @@ struct TopkBlock {
   // of L2 round trips behind group barriers on the MMA warps' path (its comment). Here the MMA warps only copy each
   // tile's keys (metric applied; NaN for rows past n) to one shared score tile, [BQ][FP] floats, and go on with
   // their next tile; warps 1..3 of the producer warpgroup, which do not multiply, take the tile from there: its
-  // bounds and words, the waits for the other blocks' words, the appends. Mbarriers hand the tile over: full
+  // bounds and words, the bars' loads of L2, the appends. Mbarriers hand the tile over: full
   // (every thread of the dumping tile group arrives after its stores) and empty[m & 1] (every filter thread arrives
   // after its reads of the block's m-th tile). The m-th tile is the m-th completion of full, and its dump waits for
   // the filter to be done with tile m - 1, completion (m - 1) / 2 of empty[(m - 1) & 1], so the tiles pass in order
   // whichever group dumps them. Two empty barriers, because a parity wait tells only whether the barrier's phase is
-  // one or two ahead: with ping-pong, group 0 may reach tile 2's dump while the filter still holds tile 0 (waiting
-  // for the other blocks' words), and one barrier's wait for its completion 1 would pass at phase 0 (the CPU
-  // emulator's deadlock check caught it). A group's previous dump waited on the same barrier for the completion
-  // before, so its wait is exact.
+  // one or two ahead: with ping-pong, group 0 may reach tile 2's dump while the filter still holds tile 0 (its
+  // first form waited there for the other blocks' words), and one barrier's wait for its completion 1 would pass at
+  // phase 0 (the CPU emulator's deadlock check caught it). A group's previous dump waited on the same barrier for
+  // the completion before, so its wait is exact.
   //
   // The filter warps, per tile (a thread per query column, c = ftid, ftid + 96):
   //   1. First tile, every column: the k-th largest of its 32 row groups' maxima bounds it (k groups supply k
   //      distinct keys at least as large, as in filter_bound_pass()); it is the block's bound and raises the
-  //      query's global bar, and the tile's largest key raises tile-maximum word (split mod k), as MERGE=6's
-  //      group-0 first tiles do, so that each word is a key of its own tiles' rows and the smallest of the k words,
-  //      once all are raised, bounds the answer too (filter_bound_pass() says why the answer stays exact with these
-  //      bars, ties included).
+  //      query's global bar, and the tile's 4 largest row-group maxima raise tile-maximum words (split + i) mod k
+  //      (fw_first_bound()), so that each word is a key of its own rows and the smallest of the k words, once all
+  //      are raised, bounds the answer too (filter_bound_pass() says why the answer stays exact with these bars,
+  //      ties included).
   //   2. First tile: the column's keys at least its bound are held in shared memory and the tile is released at
   //      once (fw_hold()); then its bar is staged, the largest of the block's bound, the global bar and the
   //      smallest word (filter_stage_bars()'s loads, one round trip a column), and the held keys that reach it are
