@@ -203,7 +203,7 @@ long long topk_static_smem_bytes(const Config& config, int dtype, int metric) {
     const int group_warps = c.warps_n * c.warps_q / static_cast<int>(groups);
     const long long score =
         tunelab::sim::topk_filter_warps(c.merge) ? tunelab::sim::topk_filter_tile_bytes(c.block_q, c.block_n)
-        : tunelab::sim::topk_filtered(c.merge)
+        : tunelab::sim::topk_candidate_rows(c.merge)
             ? groups * c.block_q * tunelab::sim::topk_filter_pitch(group_warps, c.warps_q) * 4LL
             : no_lists ? 0 : groups * c.block_q * (epi + 4) * 4;
     const long long scratch = thread_lists || no_lists ? 0 : static_cast<long long>(c.warps_n * c.warps_q) * epi * 8;
@@ -290,7 +290,7 @@ std::string topk_pack(const Config& config, int dtype, unsigned long long querie
                       int tiles_per_split, int list_offset, long long dense_ld) {
     const TopkConfig c = topk_validate(config, dtype, 0);
     const bool no_lists = !tunelab::sim::topk_keeps_lists(c.merge);
-    const bool filtered = tunelab::sim::topk_filtered(c.merge);
+    const bool filtered = tunelab::sim::topk_candidate_rows(c.merge);
     topk_check_k(c, k);
     if (nq < 1 || nq > INT_MAX) throw InputError("nq=" + std::to_string(nq) + " must be in 1..2^31-1");
     if (n < 1 || n > INT_MAX) throw InputError("n=" + std::to_string(n) + " must be in 1..2^31-1");

@@ -60,7 +60,7 @@ TopkPlan topk_plan(const Config& config, long long nq, long long n, long long ta
 // (dense): cand_key is the [nq][dense_ld] key matrix (16-byte aligned, dense_ld a multiple of kDenseLdAlign,
 // >= n), cand_idx is not read, index_base and list_offset are 0. MERGE=6 (filtered): the same, and cand_idx is the
 // [nq][dense_ld] int32 candidate rows next to cand_key's keys, dense_ld >= topk_filter_ld(splits, rows per split)
-// (a segment per split, then the segments' counts: params.cuh topk_filtered()). The kernel places the counts by
+// (a segment per split, then the segments' counts: params.cuh topk_candidate_rows()). The kernel places the counts by
 // its grid's y, which must be topk_plan()'s splits (the split count this check assumes), as for every MERGE.
 std::string topk_pack(const Config& config, int dtype, unsigned long long queries, unsigned long long corpus,
                       unsigned long long cand_key, unsigned long long cand_idx, long long q_stride, long long c_stride,

@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
     run_merge(dense_merge_params(mat.data(), L, len, len, pitch));
   }
   // MERGE 6, 7: the search appends the keys that reach the bars to candidate rows
-  constexpr bool kRows = topk_filtered(Tr::kMerge);
+  constexpr bool kRows = topk_candidate_rows(Tr::kMerge);
   if (Tr::kNoLists) {  // MERGE=5: the search writes the dense key matrix, the select kernel takes each row's best k;
                        // MERGE 6, 7: the select takes each candidate row's best k
     if (chunks != 1 || k > kSelectMaxK) {  // the launcher and the ops take MERGE 5..7 for one corpus, k <= 32

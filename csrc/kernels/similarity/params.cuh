@@ -56,7 +56,7 @@ struct alignas(64) SearchParams {
 // distances ascending). Null pointers are skipped. The select kernel (kMergeSelect) reads one row per query:
 // with implicit_index the row of a MERGE=5 dense key matrix (list_len = N entries); without, the row of a MERGE=6
 // search's candidates: num_lists segments of list_len entries (one per split), segment l holding its count, read
-// from cand_idx at offset num_lists * list_len + l, of entries from its start (topk_filtered()).
+// from cand_idx at offset num_lists * list_len + l, of entries from its start (topk_candidate_rows()).
 struct MergeParams {
   const float* cand_key;
   const int* cand_idx;
@@ -125,8 +125,11 @@ constexpr int kMergeFiltered = 6;
 // (TopkBlock::filter_warps_run()): the bounds, the words, their waits and the appends leave the tensor cores' path.
 constexpr int kMergeFilterWarps = 7;
 TUNELAB_SIM_HD constexpr bool topk_filter_warps(int merge) { return merge == kMergeFilterWarps; }
-// MERGE 6 and 7: the search's output is candidate rows (the layout above), read by the filtered select.
-TUNELAB_SIM_HD constexpr bool topk_filtered(int merge) { return merge == kMergeFiltered || merge == kMergeFilterWarps; }
+// MERGE 6 and 7: the search's output is candidate rows (the layout above), read by the filtered select. (TopkTraits::
+// kFiltered is MERGE=6 alone: the MMA warps' filtered epilogue.)
+TUNELAB_SIM_HD constexpr bool topk_candidate_rows(int merge) {
+  return merge == kMergeFiltered || merge == kMergeFilterWarps;
+}
 // MERGE 5, 6 and 7: no running top-k in the search (the select kernel after it takes the k best).
 TUNELAB_SIM_HD constexpr bool topk_keeps_lists(int merge) { return merge <= 4; }
 // MERGE=7's shared memory past the ring: the score tile ([BLOCK_Q][BLOCK_N + 4] floats: = 4 mod 32 words, so that

@@ -3,7 +3,7 @@
 //
 // The filtered search appends to a query's row, per split, the keys that reach its bars (a segment of list_len
 // entries per split, the count of segment s at cand_idx[num_lists * list_len + s], the indices in cand_idx at the
-// keys' places; params.cuh topk_filtered()). With its tile-maximum words that is ~50 keys a query at 50K / 100,
+// keys' places; params.cuh topk_candidate_rows()). With its tile-maximum words that is ~50 keys a query at 50K / 100,
 // spread over 131 segments, so the time past the search is the chain of dependent reads, not their volume:
 //
 //   1. The warp reads the query's bar words after the segments: the global bar and the k tile-maximum words

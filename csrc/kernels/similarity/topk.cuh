@@ -482,6 +482,7 @@ struct TopkTraits {
   // list bookkeeping in shared memory
   static constexpr bool kDense = topk_dense(kMerge);
   // MERGE=6: no running top-k either; the keys that reach their query's bar go to its candidate row (filter_epilogue())
+  // MERGE=6 alone: the MMA warps' filtered epilogue (6 and 7 both write candidate rows: topk_candidate_rows())
   static constexpr bool kFiltered = kMerge == kMergeFiltered;
   // MERGE=7: the MMA warps copy every key of a tile to one shared score tile (dump_epilogue()), and the producer
   // warpgroup's other three warps filter it into the candidate rows of MERGE=6 (filter_warps_run())
@@ -1198,7 +1199,7 @@ struct TopkBlock {
     }
   }
 
-  // MERGE=6 (filtered; params.cuh topk_filtered()): the group's filter region holds per query column its holders'
+  // MERGE=6 (filtered; params.cuh topk_candidate_rows()): the group's filter region holds per query column its holders'
   // maxima (first tile only), its bound (-inf until the group's bound pass sets it) and, in group 0's region, the
   // block's count of the column's appended keys.
   __device__ __forceinline__ float* filter_maxima(int c) const { return scores + c * Tr::kFilterPitch; }
@@ -1338,31 +1339,65 @@ struct TopkBlock {
     }
     block_sync();
   }
-  // The smallest of query q0 + c's k tile-maximum words: -inf while one is not raised (it reads 0). Its loads are
-  // issued together, 4 words each (one load and its use at a time, 10 dependent reads of L2 a column and tile,
-  // took the 50K / 100 search from 38 to 72 us on the H200: results/similarity_filtered_words2_h200.json).
-  __device__ __forceinline__ float tile_max_bar(int c) const {
-    constexpr int V = kSelectMaxK / 4;
-    uint4 v[V];
+  // Query q0 + c's bar from L2 (MERGE 6, 7): the larger of its global bar and the smallest of its k tile-maximum
+  // words (-inf while one is not raised: it reads 0). words_issue() issues the loads (the global bar and words 0..15
+  // at once: one round trip), words_bar() waits for them, and loads words 16..31 when k > 16 (a second round trip:
+  // with all 32 in flight MERGE=7's filter warps spilled). One load and its use at a time, 10 dependent reads of L2
+  // a column and tile, took the 50K / 100 search from 38 to 72 us on the H200 (results/similarity_filtered_words2_
+  // h200.json). A column past nq (or a trace build's word among the stamps: global_bar_usable()) has no bar: -inf.
+  static constexpr int kWordLoads = 4;  // uint4 loads in flight a column: words 0..15
+  struct WordLoads {
+    unsigned g;
+    uint4 v[kWordLoads];
+  };
+  __device__ __forceinline__ WordLoads words_issue(int c) const {
+    WordLoads l;
+    l.g = 0u;
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (4 * i < p.k) v[i] = global_words_load4(tile_max_word(c, 4 * i));
+    for (int i = 0; i < kWordLoads; ++i) l.v[i].x = l.v[i].y = l.v[i].z = l.v[i].w = ~0u;
+    if (!global_bar_usable(c)) return l;
+    l.g = global_bar_load(global_bar(c));
+#pragma unroll
+    for (int i = 0; i < kWordLoads; ++i)
+      if (4 * i < p.k) l.v[i] = global_words_load4(tile_max_word(c, 4 * i));
+    return l;
+  }
+  __device__ __forceinline__ float words_bar(int c, const WordLoads& l) const {
+    if (!global_bar_usable(c)) return -f32_inf();
     unsigned m = 0xffffffffu;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const unsigned w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+    auto fold = [&](const uint4& v, int w0) {
+      const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (4 * i + e < p.k) m = w[e] < m ? w[e] : m;
+        if (w0 + e < p.k) m = w[e] < m ? w[e] : m;
+    };
+#pragma unroll
+    for (int i = 0; i < kWordLoads; ++i) fold(l.v[i], 4 * i);
+    if (p.k > 4 * kWordLoads) {
+      uint4 v[kSelectMaxK / 4 - kWordLoads];
+#pragma unroll
+      for (int i = 0; i < kSelectMaxK / 4 - kWordLoads; ++i)
+        if (4 * (kWordLoads + i) < p.k) v[i] = global_words_load4(tile_max_word(c, 4 * (kWordLoads + i)));
+#pragma unroll
+      for (int i = 0; i < kSelectMaxK / 4 - kWordLoads; ++i)
+        if (4 * (kWordLoads + i) < p.k) fold(v[i], 4 * (kWordLoads + i));
     }
-    return ordered_float(m);
+    return fmaxf(ordered_float(l.g), ordered_float(m));
   }
-  // MERGE=6, at the block's start (group 0's threads, before the barrier that publishes the filter region's
-  // initialization): no global bar yet for the block's queries.
-  __device__ __forceinline__ void filter_reset_global_bars() const {
-    for (int c = gtid; c < BQ; c += Tr::kGroupThreads)
+  // MERGE 6, 7, at the block's start (columns first, first + stride, ..., before the barrier or thread that reads
+  // them): no global bar yet for the block's queries.
+  __device__ __forceinline__ void filter_reset_global_bars(int first, int stride) const {
+    for (int c = first; c < BQ; c += stride)
       if (global_bar_usable(c))
         for (int w = 0; w < kFilterTileWord0 + p.k; w += 4) global_words_reset4(global_bar(c) + w);
+  }
+  // MERGE 6, 7's candidate rows: where query q's segment of this block's split starts, and one appended key.
+  __device__ __forceinline__ long long segment_start(int q) const {
+    return static_cast<long long>(q) * p.dense_ld + static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;
+  }
+  __device__ __forceinline__ void put_candidate(long long at, float key, int idx) const {
+    if constexpr (!kTrace) p.cand_key[at] = key;  // (trace: its stamps)
+    p.cand_idx[at] = idx;
   }
   // MERGE=6, every tile: the bar of each query column for this tile, the largest of the group's bound, the other
   // group's (ping-pong: as this group reads it, -inf until that group sets it) and the query's global bar, one
@@ -1379,16 +1414,14 @@ struct TopkBlock {
     for (int c = gtid; c < BQ; c += Tr::kGroupThreads) {
       float bar = lds(filter_bound(c));
       if constexpr (Tr::kGroups == 2) bar = fmaxf(bar, lds(filter_other_bound(c)));
-      if (global_bar_usable(c))
-        bar = fmaxf(bar, fmaxf(ordered_float(global_bar_load(global_bar(c))), tile_max_bar(c)));
-      sts(filter_bar(c, tile), bar);
+      sts(filter_bar(c, tile), fmaxf(bar, words_bar(c, words_issue(c))));
     }
     block_sync();
     if (first) trace_first(4);
   }
 
   // MERGE=6: every key of the tile that reaches its column's bar (filter_stage_bars()) is appended with its row to
-  // the split's segment of the query's candidate row (params.cuh topk_filtered()): each thread counts its passing
+  // the split's segment of the query's candidate row (params.cuh topk_candidate_rows()): each thread counts its passing
   // keys per column and takes their places with one shared atomic on the block's count, then stores them there. One
   // group barrier (the staged bars), no warp collective, no global atomic, no branch between columns: keys of rows
   // past n and NaN keys never pass, padding query columns have no row. Measured forms, at nq = 100 on an H100
@@ -1435,7 +1468,6 @@ struct TopkBlock {
       }
     }
     trace_turn_event(2);  // (the diagnosis build: the tile's keys are counted)
-    const long long seg = static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
     const int id0 = static_cast<int>(p.index_base) + tile * BN;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -1443,29 +1475,32 @@ struct TopkBlock {
       for (int e = 0; e < 2; ++e) {
         const int col = query_col(nt, e, t);
         const int q = q0 + col < p.nq ? q0 + col : 0;  // (a padding column has no passing key)
-        long long at_row = static_cast<long long>(q) * p.dense_ld + seg + at[nt][e];
+        long long at_row = segment_start(q) + at[nt][e];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int b = (nt * 2 + e) * KEYS + 2 * mt + h;
-            if ((bits[b / 32] >> (b % 32)) & 1u) {
-              if constexpr (!kTrace) p.cand_key[at_row] = key_raw(mma, rt, mt, nt, h, e);  // (trace: its stamps)
-              p.cand_idx[at_row] = id0 + row_of(mt, h, g);
-              ++at_row;
-            }
+            if ((bits[b / 32] >> (b % 32)) & 1u)
+              put_candidate(at_row++, key_raw(mma, rt, mt, nt, h, e), id0 + row_of(mt, h, g));
           }
         }
       }
     }
   }
 
-  // MERGE=6, after the block's last tile (every MMA warp past mma_warps_sync()): each query column's count of
-  // appended keys to the row's cand_idx after the segments (params.cuh topk_filter_ld()).
-  __device__ __forceinline__ void filter_write_counts() const {
+  // MERGE 6, 7, after the block's last tile (columns first, first + stride, ..., once their counts are final): each
+  // query column's count of appended keys (MERGE=6: group 0's region; 7: the filter warps' words) to the row's
+  // cand_idx after the segments (params.cuh topk_filter_ld()).
+  __device__ __forceinline__ void filter_write_counts(int first, int stride) const {
     const long long at = static_cast<long long>(gridDim.y) * p.tiles_per_split * BN + blockIdx.y;
-    for (int c = tid; c < BQ; c += Tr::kThreads)
-      if (q0 + c < p.nq) p.cand_idx[static_cast<long long>(q0 + c) * p.dense_ld + at] = lds(filter_count(c));
+    for (int c = first; c < BQ; c += stride) {
+      if (q0 + c >= p.nq) continue;
+      int n;
+      if constexpr (Tr::kFilterWarps) n = lds(fw_count(c));
+      else n = lds(filter_count(c));
+      p.cand_idx[static_cast<long long>(q0 + c) * p.dense_ld + at] = n;
+    }
   }
 
   // MERGE=7 (filter warps; params.cuh topk_filter_warps()). The filtered epilogue above costs a first tile 12.8 us
@@ -1616,50 +1651,11 @@ struct TopkBlock {
           global_bar_raise(tile_max_word(c, (static_cast<int>(blockIdx.y) + i) % p.k), ordered_bits(top[i]));
     }
   }
-  // Steps 2 and 4, a column's bar: the largest of the block's bound, the query's global bar and the smallest of its
-  // k tile-maximum words (no bar while one is not raised: it reads 0). fw_bar_issue() issues the column's loads of
-  // L2 (the global bar and words 0..15 at once: one round trip), fw_bar_take() waits for them (and loads words
-  // 16..31 when k > 16: a second round trip; with all 32 in flight, or a thread's two columns' loads at once, ptxas
-  // spilled the filter warps' registers) and stores the bar for the column's next filter. A thread stages its
-  // columns' bars itself, so no barrier orders them.
-  static constexpr int kFwWordLoads = 4;  // uint4 loads in flight a column: words 0..15
-  struct FwBarLoads {
-    unsigned g;
-    uint4 v[kFwWordLoads];
-  };
-  __device__ __forceinline__ FwBarLoads fw_bar_issue(int c) const {
-    FwBarLoads l;
-    l.g = 0u;
-#pragma unroll
-    for (int i = 0; i < kFwWordLoads; ++i) l.v[i].x = l.v[i].y = l.v[i].z = l.v[i].w = ~0u;
-    if (!global_bar_usable(c)) return l;
-    l.g = global_bar_load(global_bar(c));
-#pragma unroll
-    for (int i = 0; i < kFwWordLoads; ++i)
-      if (4 * i < p.k) l.v[i] = global_words_load4(tile_max_word(c, 4 * i));
-    return l;
-  }
-  __device__ __forceinline__ void fw_bar_take(int c, const FwBarLoads& l) const {
-    unsigned m = 0xffffffffu;
-    auto fold = [&](const uint4& v, int w0) {
-      const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (w0 + e < p.k) m = w[e] < m ? w[e] : m;
-    };
-#pragma unroll
-    for (int i = 0; i < kFwWordLoads; ++i) fold(l.v[i], 4 * i);
-    if (p.k > 4 * kFwWordLoads && global_bar_usable(c)) {
-      uint4 v[kSelectMaxK / 4 - kFwWordLoads];
-#pragma unroll
-      for (int i = 0; i < kSelectMaxK / 4 - kFwWordLoads; ++i)
-        if (4 * (kFwWordLoads + i) < p.k) v[i] = global_words_load4(tile_max_word(c, 4 * (kFwWordLoads + i)));
-#pragma unroll
-      for (int i = 0; i < kSelectMaxK / 4 - kFwWordLoads; ++i)
-        if (4 * (kFwWordLoads + i) < p.k) fold(v[i], 4 * (kFwWordLoads + i));
-    }
-    const float words = global_bar_usable(c) ? ordered_float(m) : -f32_inf();
-    sts(fw_bar(c), fmaxf(lds(fw_bound(c)), fmaxf(ordered_float(l.g), words)));
+  // Steps 2 and 4, a column's bar for its next filter: the larger of the block's bound and the query's bar from L2
+  // (words_issue() issues its loads, fw_bar_take() waits for them). A thread stages its columns' bars itself, so no
+  // barrier orders them.
+  __device__ __forceinline__ void fw_bar_take(int c, const WordLoads& l) const {
+    sts(fw_bar(c), fmaxf(lds(fw_bound(c)), words_bar(c, l)));
   }
   // A scan of column c (every lane of the warp: a column past BQ or nq has live = false and reads nothing): each key
   // at least `bar` (NaN never passes) goes to emit(key, its row in the tile), in row order. KC row groups (up to 32
@@ -1698,21 +1694,16 @@ struct TopkBlock {
     }
   }
   // Step 3 for column c: the keys at least `bar` (its staged bar) to the split's segment, after the column's count
-  // (fw_scan()). Every lane of the warp calls it (a column past BQ or nq: live = false, nothing read or written). With `next`, the column's bar for the next tile
-  // is staged meanwhile (its loads are in flight during the scan).
+  // (fw_scan()). Every lane of the warp calls it (a column past BQ or nq: live = false, nothing read or written).
+  // With `next`, the column's bar for the next tile is staged meanwhile (its loads are in flight during the scan).
   __device__ __forceinline__ void fw_append(int c, int tile, bool live, bool next, float bar) const {
     if (!live) bar = f32_inf();
     int n = live ? lds(fw_count(c)) : 0;
-    FwBarLoads l;
-    if (next && live) l = fw_bar_issue(c);
-    const long long row = static_cast<long long>(q0 + c) * p.dense_ld +
-                          static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
+    WordLoads l;
+    if (next && live) l = words_issue(c);
+    const long long row = segment_start(q0 + c);
     const int id0 = static_cast<int>(p.index_base) + tile * BN;
-    fw_scan(c, live, bar, [&](float key, int r) {
-      if constexpr (!kTrace) p.cand_key[row + n] = key;  // (trace: its stamps)
-      p.cand_idx[row + n] = id0 + r;
-      ++n;
-    });
+    fw_scan(c, live, bar, [&](float key, int r) { put_candidate(row + n++, key, id0 + r); });
     if (live) sts(fw_count(c), n);
     if (next && live) fw_bar_take(c, l);
   }
@@ -1744,15 +1735,10 @@ struct TopkBlock {
     const float bar = lds(fw_bar(c));
     const int held = lds(fw_held_n(c));
     int n = lds(fw_count(c));
-    const long long row = static_cast<long long>(q0 + c) * p.dense_ld +
-                          static_cast<long long>(blockIdx.y) * p.tiles_per_split * BN;  // the split's segment
+    const long long row = segment_start(q0 + c);
     for (int e = 0; e < held; ++e) {
       const float key = lds(fw_held_key(c) + e);
-      if (key >= bar) {
-        if constexpr (!kTrace) p.cand_key[row + n] = key;
-        p.cand_idx[row + n] = lds(fw_held_idx(c) + e);
-        ++n;
-      }
+      if (key >= bar) put_candidate(row + n++, key, lds(fw_held_idx(c) + e));
     }
     sts(fw_count(c), n);
   }
@@ -1772,9 +1758,8 @@ struct TopkBlock {
       sts(fw_bar(c), -f32_inf());
       sts(fw_bound(c), -f32_inf());
       sts(fw_count(c), 0);
-      if (global_bar_usable(c))
-        for (int w = 0; w < kFilterTileWord0 + p.k; w += 4) global_words_reset4(global_bar(c) + w);
     }
+    filter_reset_global_bars(ftid, FT);
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
@@ -1790,7 +1775,7 @@ struct TopkBlock {
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
           if (fw_live(c)) {
-            fw_bar_take(c, fw_bar_issue(c));
+            fw_bar_take(c, words_issue(c));
             fw_release_held(c, tile);
           }
         fw_trace(ftid, 2);
@@ -1802,9 +1787,7 @@ struct TopkBlock {
         fw_append(c, tile, fw_live(c), next, fw_live(c) ? lds(fw_bar(c)) : 0.f);
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
     }
-    const long long at = static_cast<long long>(gridDim.y) * p.tiles_per_split * BN + blockIdx.y;
-    for (int c = ftid; c < BQ; c += FT)
-      if (q0 + c < p.nq) p.cand_idx[static_cast<long long>(q0 + c) * p.dense_ld + at] = lds(fw_count(c));
+    filter_write_counts(ftid, FT);  // (each column's count is its own thread's)
     if constexpr (kTrace) {
       fw_sync();  // (the block's end: every filter thread's)
       if (ftid == 0) trace(kTraceDone);
@@ -2144,7 +2127,7 @@ struct TopkBlock {
         sts(filter_bound(c), -f32_inf());  // this group's bounds
         if (grp == 0) sts(filter_count(c), 0);  // and the block's counts
       }
-      if (grp == 0) filter_reset_global_bars();
+      if (grp == 0) filter_reset_global_bars(gtid, Tr::kGroupThreads);
     } else if constexpr (!Tr::kNoLists) {
       for (int c = tid; c < BQ; c += Tr::kThreads) {
         sts(meta + 4 * c, 0);
@@ -2287,7 +2270,7 @@ struct TopkBlock {
     if constexpr (!Tr::kTmaProducer) cp_async_wait<0>();
     if constexpr (Tr::kFiltered) {  // the keys are written: their counts
       mma_warps_sync();
-      filter_write_counts();
+      filter_write_counts(tid, Tr::kThreads);
     }
     if constexpr (Tr::kNoLists) {  // the keys are written; nothing else is (MERGE=7: the filter warps' end is done)
       if (tid == 0 && !Tr::kFilterWarps) trace(kTraceDone);

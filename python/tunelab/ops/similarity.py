@@ -97,7 +97,7 @@ MERGE_DENSE = int(_S.MERGE_DENSE)
 #: The search's MERGE value that keeps no top-k either but writes only the keys that reach their query's bar in
 #: their block (its tile groups' first-tile bounds, the larger of two with ping-pong), with their rows, to the
 #: split's segment of a candidate row per query; the select kernel takes each row's k best (params.cuh
-#: ``topk_filtered``).
+#: ``topk_candidate_rows``).
 MERGE_FILTERED = int(_S.MERGE_FILTERED)
 #: ``MERGE=6``'s candidate rows and select, but the MMA warps only copy each tile's keys to shared memory and three
 #: spare warps of the TMA producer's warpgroup filter them (``MMA`` 2 or 3; topk.cuh ``filter_warps_run``).
