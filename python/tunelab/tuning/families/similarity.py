@@ -164,17 +164,16 @@ def accumulators(c: Mapping[str, Any]) -> int:
 
 def launcher_accepts_main_loop(dtype: str, metric: str) -> Callable[[Mapping[str, Any]], bool]:
     """Constraint predicate for the main loops' rules (wgmma, ``MMA`` 1..3: 16-bit inputs, 128-byte row slices,
-    WARPS_Q = 1, WARPS_N 4 or 8, ...; FFMA, ``MMA=4``: fp32 inputs, BLOCK_Q = 8 * WARPS_Q): the launcher's own check
-    (``topk_validate``), whose ConfigError names the broken rule and becomes the rejection's reason. ``MMA=0``
-    configs pass."""
+    WARPS_Q = 1, WARPS_N 4 or 8, ...; FFMA, ``MMA=4``: fp32 inputs, BLOCK_Q = 8 * WARPS_Q; ``MERGE=7``: MMA 2, 3): the
+    launcher's own check (``topk_validate``) of every config, whose ConfigError names the broken rule and becomes the
+    rejection's reason (the constraints before it name the rules they check themselves)."""
     ops = _ops()
     dtype_code, metric_code = ops.DTYPE_CODES[long_name(dtype)], ops.METRICS[metric]
 
     def accepts(c: Mapping[str, Any]) -> bool:
-        if c["MMA"] != 0 or c["MERGE"] == ops.MERGE_FILTER_WARPS:
-            error = ops._S.topk_config_error({n: c[n] for n in ops.PARAM_NAMES if n in c}, dtype_code, metric_code)
-            if error:
-                raise ConfigError(error)
+        error = ops._S.topk_config_error({n: c[n] for n in ops.PARAM_NAMES if n in c}, dtype_code, metric_code)
+        if error:
+            raise ConfigError(error)
         return True
 
     return accepts
