@@ -228,11 +228,12 @@ FIRST_STEPS = ("maxima", "bounds", "words", "wait", "stage", "count", "append")
 FILTER_WARP_STEPS = ("dump_and_raise", "hold_and_release", "stage_and_append")
 
 
-def block_timeline(launch, cand_key, blocks: int) -> dict:
+def block_timeline(launch, cand_key, blocks: int, merge: int | None = None) -> dict:
     """Run a trace build's search once after an L2 flush (the timer's protocol) and decode every block's events:
     per event the median, min and max over blocks in us from the earliest block entry; per tile group turn the
     median durations (main loop, epilogue, and for thread lists its bound pass + pre-check and queue insertion; a
-    dense search's epilogue stamps no pre-check: None) in us; the kernel's span."""
+    dense search's epilogue stamps no pre-check: None) in us; the kernel's span. The first-tile step slots are
+    decoded as the config's MERGE writes them: each group's MERGE=6 steps, or (MERGE=7) the filter warps'."""
     import numpy as np
     import torch
 
@@ -278,7 +279,8 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
                           "insertion_us": med(2, 3) if pre else None})
     first = []  # MERGE=6, a group's first tile: its epilogue's steps (params.cuh kTraceFirst0), median us each
     f0, fsteps = _SLOT["first0"], _SLOT["first_steps"]
-    for g in range(2):
+    filter_warps = merge == _core.similarity.MERGE_FILTER_WARPS
+    for g in range(0 if filter_warps else 2):
         base = TRACE_TURN0 + g * TRACE_TURNS * 4  # turn 0's events
         cols = np.concatenate([ns[:, [base + 1]], ns[:, f0 + g * fsteps: f0 + (g + 1) * fsteps],
                                ns[:, [base + 2, base + 3]]], axis=1)
@@ -289,8 +291,8 @@ def block_timeline(launch, cand_key, blocks: int) -> dict:
                           **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FIRST_STEPS)}})
     # MERGE=7: the filter warps' first tile (topk.cuh fw_trace(), group 0's slots 0..2), from group 0's MMAs done
     cols = np.concatenate([ns[:, [TRACE_TURN0 + 1]], ns[:, f0: f0 + len(FILTER_WARP_STEPS)]], axis=1)
-    have = (cols > 0).all(axis=1) & (ns[:, f0 + len(FILTER_WARP_STEPS)] == 0)
-    if have.any():
+    have = (cols > 0).all(axis=1)
+    if filter_warps and have.any():
         d = np.diff(cols[have], axis=1) / 1e3
         first.append({"group": "filter warps", "blocks": int(have.sum()),
                       **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FILTER_WARP_STEPS)}})
@@ -338,9 +340,9 @@ def print_timeline(row: dict) -> None:
 
 def filtered_variants(nq: int) -> list[tuple[str, dict, int | None]]:
     """The dense search (MERGE=5, default_config of the 65536-row bucket), the filtered one (MERGE=6) and, with the
-    TMA producer, the filter warps' (MERGE=7) on the same config: with --trace, where the filtered search's epilogue spends its time (its "pre-check" stamp is taken once
-    the tile's keys are counted and their places taken: the bound pass, counts and shared atomics before it, the
-    stores after)."""
+    TMA producer, the filter warps' (MERGE=7) on the same config: with --trace, where the filtered search's epilogue
+    spends its time (its "pre-check" stamp is taken once the tile's keys are counted and their places taken: the
+    bound pass, counts and shared atomics before it, the stores after)."""
     from tunelab.ops import similarity as sim
 
     dense = dict(sim.default_config(nq, K, "float16", D, n=sim.DENSE_MAX_N), MERGE=sim.MERGE_DENSE)
@@ -483,7 +485,7 @@ def probe(args, defines: dict[str, str]) -> int:
                 launch = p_search
                 rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                              "tiles_per_split": plan["tiles_per_split"],
-                             **block_timeline(launch, ck, plan["q_tiles"] * plan["splits"])})
+                             **block_timeline(launch, ck, plan["q_tiles"] * plan["splits"], cfg["MERGE"])})
                 print_timeline(rows[-1])
                 continue
             if args.ncu:
