@@ -284,6 +284,8 @@ constexpr int kSelectMaxK = 32;
 constexpr int kFilterSelectSegs = 8;
 constexpr int kFilterSelectLoads = 4;
 constexpr int kFilterSelectKept = 12 * 1024;
+// A filtered select's buffers for J segments a lane per round and KEPT kept entries (select_filtered_query()).
+TUNELAB_SIM_HD constexpr int select_filtered_smem_bytes(int j, int kept) { return kept * 8 + 32 * j * 4; }
 constexpr int kMergeListWarps = 8;
 constexpr long long kMergeListsMinCandidates = 16384;
 constexpr int kMergeSortedMaxK = 32;
@@ -324,7 +326,7 @@ constexpr int kSortedMergeKept = 64;
 TUNELAB_SIM_HD constexpr long long merge_smem_bytes(int kind, int k) {
   return kind == kMergeSelect ? kSelectWindow * 4LL + kSelectCap * 8LL + 2 * 32 * 4LL + 16
          : kind == kMergeSorted ? kSortedMergeKept * 8LL + kSortedMergeHotIds * 4LL + 16
-         : kind == kMergeFilterSelect ? kFilterSelectKept * 8LL + 32LL * kFilterSelectSegs * 4 + 16
+         : kind == kMergeFilterSelect ? select_filtered_smem_bytes(kFilterSelectSegs, kFilterSelectKept) + 16LL
          : merge_kind_capacity(kind) > 0
              ? kMergeListWarps * merge_kind_capacity(kind) * 8LL + 16
              : static_cast<long long>(merge_kind_warps(kind)) * (2LL * k * 8 + 16 + 32 * kMergeR * 8) + 16;

@@ -38,25 +38,22 @@
 namespace tunelab {
 namespace sim {
 
-template <int DTYPE, int METRIC>
-__global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_constant__ MergeParams p) {
-  constexpr int J = kFilterSelectSegs, U = kFilterSelectLoads, KEPT = kFilterSelectKept;
+// One warp's select of query q's candidate row (steps 1-3 above) into p's outputs. Shared memory at smem:
+// select_filtered_smem_bytes(J, KEPT) bytes (params.cuh: the kept entries, the round's counts; not qnorm, which the
+// caller filled: stash_query_norm2()). J segments a lane per round, U first loads each, KEPT entries buffered.
+
+template <int DTYPE, int METRIC, int J, int U, int KEPT>
+__device__ __forceinline__ void select_filtered_query(const MergeParams& p, int q, int lane, unsigned char* smem,
+                                                      const float* qnorm) {
   static_assert(KEPT >= 32 * (J * U + 1), "a round's first loads and a partial chunk fit the buffer");
-  extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
-  float* bkey = reinterpret_cast<float*>(tunelab_similarity_smem);  // [KEPT] kept entries not yet merged
-  int* bidx = reinterpret_cast<int*>(bkey + KEPT);                   // [KEPT]
-  int* seg_cnt = bidx + KEPT;                                        // [J][32] the round's counts, lane-major
-  float* qnorm = reinterpret_cast<float*>(seg_cnt + 32 * J);
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int q = static_cast<int>(blockIdx.x);
+  float* bkey = reinterpret_cast<float*>(smem);  // [KEPT] kept entries not yet merged
+  int* bidx = reinterpret_cast<int*>(bkey + KEPT);  // [KEPT]
+  int* seg_cnt = bidx + KEPT;                       // [J][32] the round's counts, lane-major
   const int k = p.k;  // the launcher keeps k <= 32 for this kind
   const int segs = p.num_lists, seg_len = p.list_len;
   const float* row = p.cand_key + static_cast<long long>(q) * p.query_stride;
   const int* row_idx = p.cand_idx + static_cast<long long>(q) * p.query_stride;
   const long long after = static_cast<long long>(segs) * seg_len;  // the counts (cand_idx) and bar words (cand_key)
-
-  stash_query_norm2<DTYPE, METRIC>(p, q, true, lane, qnorm);  // the queries are the search's input, not its output
-  pdl_wait_prior_grid();  // a programmatic launch after the search: its rows are complete from here on
 
   // 1. the bar: the global bar (every lane: one load) and the smallest of the k tile-maximum words (lane j < k the
   // word j; 0: not raised, no bar)
@@ -129,6 +126,18 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
 
   // 3. the answer
   warp_write_top<METRIC>(p, q, qnorm, rk, ri, k, lane);
+}
+
+template <int DTYPE, int METRIC>
+__global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_constant__ MergeParams p) {
+  constexpr int J = kFilterSelectSegs, KEPT = kFilterSelectKept;
+  extern __shared__ __align__(16) unsigned char tunelab_similarity_smem[];
+  float* qnorm = reinterpret_cast<float*>(tunelab_similarity_smem + select_filtered_smem_bytes(J, KEPT));
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int q = static_cast<int>(blockIdx.x);
+  stash_query_norm2<DTYPE, METRIC>(p, q, true, lane, qnorm);  // the queries are the search's input, not its output
+  pdl_wait_prior_grid();  // a programmatic launch after the search: its rows are complete from here on
+  select_filtered_query<DTYPE, METRIC, J, kFilterSelectLoads, KEPT>(p, q, lane, tunelab_similarity_smem, qnorm);
 }
 
 }  // namespace sim
