@@ -27,6 +27,11 @@
 // H100: taking the global bar alone as its bar (540a19b, reverted) measured 45.5 against 11.2 us alone (~1,500
 // entries a query reached it, before the tile-maximum words); holding each thread's first 4 entries in registers
 // (41ccf11, reverted) moved its steps but not its span past the search (results/similarity_filtered_h100_held.json).
+// Moving this select into the MERGE=7 search (84cb231, reverted: after the search's rows, a grid-wide barrier, then
+// this warp select per query in the filter warps, benchmarks/similarity_fused_select.py there) was slower on an
+// H100: its search alone took 52.3 us against MERGE=7's pair's 49.1 at 50K / 100, and 42.6 against 42.4 at 1 x 50K
+// (results/similarity_fused_select_h100.json). The programmatic launch already hides this kernel's start; what it
+// costs is its own chain of dependent reads, which the fused form kept.
 //
 // The tie rule is the family's (better(): larger key, or equal with a smaller index). NaN keys never pass B.
 // Counts are clamped to the segment (0 .. list_len). Shared memory: merge_smem_bytes(kMergeFilterSelect, k) in

@@ -575,17 +575,6 @@ struct TopkTraits {
   static_assert(topk_prefetch_ok(kPrefetchTiles, kMma), "PREFETCH 0, or 1 or 2 with MMA 2, 3 (TMA L2 prefetch)");
 };
 
-#ifdef TUNELAB_SIM_FUSED_SELECT
-// Experiment (benchmarks/similarity_fused_select.py): MERGE=7's select inside the search, after a grid-wide barrier
-// (TopkBlock::fw_fused_select()). The per-query select is select_filtered.cuh's; declared here, defined there (the
-// search module includes both).
-template <int DTYPE, int METRIC, int J, int U, int KEPT>
-__device__ __forceinline__ void select_filtered_query(const MergeParams& p, int q, int lane, unsigned char* smem,
-                                                      const float* qnorm);
-template <int DTYPE, int METRIC>
-__device__ __forceinline__ void stash_query_norm2(const MergeParams& p, int q, bool mine, int lane, float* qnorm);
-#endif
-
 template <class Tr>
 struct TopkBlock {
   using L = typename Tr::Layout;
@@ -1760,64 +1749,6 @@ struct TopkBlock {
   __device__ __forceinline__ void fw_trace(int ftid, int step) const {
     if (kTrace && ftid == 0) trace(kTraceFirst0 + step);
   }
-#ifdef TUNELAB_SIM_FUSED_SELECT
-  // Experiment: is the select's own kernel worth removing? Every block's filter warps, once its rows and counts are
-  // written, pass a grid-wide barrier (all blocks must be resident: one wave, no other work on the GPU; the
-  // experiment's launch does not ask for it), then warp w of block b selects queries b + G w, b + G (w + 3), ...
-  // (G blocks) with select_filtered.cuh's warp select and writes the answer into the row's own segment 0 (count k,
-  // the other segments' counts 0), so that the select kernel after it reads k entries and returns the same answer.
-  // The barrier's word is query row 0's word kFilterWords of cand_key (unused when splits > kFilterWords), zeroed
-  // once by the caller; it counts arrivals as cooperative groups' grid barrier does (the block (0, 0) adds 2^31 -
-  // (G - 1), the others 1: bit 31 flips when all have arrived, and the low bits are back to 0 for the next launch).
-  __device__ __forceinline__ void fw_fused_select(int ftid) {
-    constexpr int J = 5, U = 4, KEPT = 1024;
-    constexpr int kWarpBytes = (select_filtered_smem_bytes(J, KEPT) + 16 + 127) / 128 * 128;
-    static_assert(kFilterWarpCount * kWarpBytes <= Tr::kScoreOffset, "the selects' buffers fit the stages");
-    const int segs = static_cast<int>(gridDim.y), seg_len = p.tiles_per_split * BN;
-    const long long after = static_cast<long long>(segs) * seg_len;
-    unsigned* word = reinterpret_cast<unsigned*>(p.cand_key + after + kFilterWords);
-    fw_sync();  // every append, count and word of this block is issued
-    if (ftid == 0) {
-      const unsigned blocks = gridDim.x * gridDim.y;
-      const unsigned add = blockIdx.x == 0 && blockIdx.y == 0 ? 0x80000000u - (blocks - 1u) : 1u;
-      __threadfence();
-      const unsigned old = atomicAdd(word, add);
-      const unsigned long long t0 = spin_clock_ns();
-      while (((old ^ global_count_acquire(word)) & 0x80000000u) == 0) {
-        spin_pause_ns(64);
-        if (spin_clock_ns() - t0 > 100000000ull) __trap();  // 0.1 s: a block is not resident (or the word not zeroed)
-      }
-      __threadfence();
-    }
-    fw_sync();
-    const int blocks = static_cast<int>(gridDim.x * gridDim.y);
-    const int b = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
-    const int w = ftid >> 5, lane = ftid & 31;
-    unsigned char* mine = smem + w * kWarpBytes;  // (the pipeline's stages: its last tile is multiplied and filtered)
-    float* qnorm = reinterpret_cast<float*>(mine + select_filtered_smem_bytes(J, KEPT));
-    MergeParams mp{};
-    mp.cand_key = p.cand_key;
-    mp.cand_idx = p.cand_idx;
-    mp.queries = p.queries;
-    mp.q_stride = p.q_stride;
-    mp.nq = p.nq;
-    mp.d = p.d;
-    mp.k = p.k;
-    mp.num_lists = segs;
-    mp.list_len = seg_len;
-    mp.query_stride = p.dense_ld;
-    for (int q = b + blocks * w; q < p.nq; q += blocks * kFilterWarpCount) {
-      const long long base = static_cast<long long>(q) * p.dense_ld;
-      mp.out_key = p.cand_key + base - static_cast<long long>(q) * p.k;  // (entry r of q: the row's entry r)
-      mp.out_idx = p.cand_idx + base - static_cast<long long>(q) * p.k;
-      stash_query_norm2<Tr::kDtype, Tr::kMetric>(mp, q, true, lane, qnorm);
-      select_filtered_query<Tr::kDtype, Tr::kMetric, J, U, KEPT>(mp, q, lane, mine, qnorm);
-      for (int s = lane; s < segs; s += 32) p.cand_idx[base + after + s] = s == 0 ? p.k : 0;
-      syncwarp();
-    }
-  }
-#endif
-
   // The filter warps' side (warps kWarps + 1 .. kWarps + 3), for the block's ntiles tiles from tile_begin.
   __device__ __forceinline__ void filter_warps_run(int tile_begin, int ntiles) {
     const int ftid = tid - 32 * (Tr::kWarps + 1);
@@ -1857,9 +1788,6 @@ struct TopkBlock {
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
     }
     filter_write_counts(ftid, FT);  // (each column's count is its own thread's)
-#ifdef TUNELAB_SIM_FUSED_SELECT
-    fw_fused_select(ftid);
-#endif
     if constexpr (kTrace) {
       fw_sync();  // (the block's end: every filter thread's)
       if (ftid == 0) trace(kTraceDone);
