@@ -469,11 +469,6 @@ std::string merge_pack(unsigned long long cand_key, unsigned long long cand_idx,
                              std::to_string(need) + " (" + std::to_string(num_lists) + " segments of " +
                              std::to_string(list_len) + " entries, then their counts), which must be at most "
                              "2^31-1: allocate the rows with CompiledSearch.candidate_buffers()");
-        if (query_stride % 4 || list_len % 4 || cand_key % 16 || cand_idx % 16)
-            throw InputError("filtered_rows: the select reads each segment's first 4 entries as one 16-byte load, so "
-                             "query_stride=" + std::to_string(query_stride) + " and list_len=" +
-                             std::to_string(list_len) + " must be multiples of 4 and both buffers 16-byte aligned: "
-                             "allocate the rows with CompiledSearch.candidate_buffers()");
     }
     tunelab::sim::MergeParams p{};
     p.cand_key = reinterpret_cast<const float*>(cand_key);

@@ -11,13 +11,11 @@
 //      smallest tile-maximum word (no bar while one reads 0), bounds the answer: k appended keys are at least as
 //      large (TopkBlock::filter_bound_pass() says why), so nothing below B is in the top k. The search has
 //      finished raising the words: this is the tightest bar it knew.
-//   2. Every lane reads the counts of segments lane, lane + 32, ... (32 x kFilterSelectSegs a round) and, in the
-//      same round trip, the first kFilterSelectLoads (4) entries of each (one 16-byte load of keys, one of indices:
-//      their addresses do not depend on the count, which only masks them), then entries 4..7 of every longer segment
-//      (one more round trip for all of them), then the rest of any still longer segment, 4 at a time. It keeps the
-//      entries >= B (ties pass: the tie rule decides among them) in shared memory; when the buffer fills, and at
-//      the end, every 32 kept are sorted across the warp and merged into the running top 32 (merge_sorted.cuh),
-//      whose k-th entry then raises B.
+//   2. Every lane reads the counts of segments lane, lane + 32, ... (32 x kFilterSelectSegs a round), loads the
+//      first kFilterSelectLoads entries of each of them at once (keys and indices: one more round trip), then the
+//      rest of any longer segment the same way, and keeps the entries >= B (ties pass: the tie rule decides among
+//      them) in shared memory; when the buffer fills, and at the end, every 32 kept are sorted across the warp and
+//      merged into the running top 32 (merge_sorted.cuh), whose k-th entry then raises B.
 //   3. Lane r < k writes entry r (missing entries, fewer than k keys that are not NaN: (-inf or +inf, -1)).
 //
 // On the H200 at 50K / 100 (benchmarks/similarity_filtered.py --quick, results/similarity_filtered_wsel2_h200.json):
@@ -34,10 +32,14 @@
 // H100: its search alone took 52.3 us against MERGE=7's pair's 49.1 at 50K / 100, and 42.6 against 42.4 at 1 x 50K
 // (results/similarity_fused_select_h100.json). The programmatic launch already hides this kernel's start; what it
 // costs is its own chain of dependent reads, which the fused form kept.
+// Loading each segment's count and first 4 entries in the same round trip (16-byte loads at the segment's fixed
+// start, masked by the count), then entries 4..7 of every longer segment in one more (074ca94, reverted) did not
+// shorten that chain measurably: on an H100 the MERGE=6 pair took 55.0 against 55.3 us at 50K / 100 and 42.1 against
+// 41.4 at 1 x 50K, the select alone 11.1 against 9.8 (results/similarity_filtered_sel4_h100.json, the before arm
+// this kernel).
 //
 // The tie rule is the family's (better(): larger key, or equal with a smaller index). NaN keys never pass B.
-// Counts are clamped to the segment (0 .. list_len). The rows, their segments (list_len) and both buffers are 16-byte
-// aligned (the launcher's merge_pack() checks it). Shared memory: merge_smem_bytes(kMergeFilterSelect, k) in
+// Counts are clamped to the segment (0 .. list_len). Shared memory: merge_smem_bytes(kMergeFilterSelect, k) in
 // params.cuh: kFilterSelectKept kept entries (8 bytes each), the round's counts, 16 bytes for |q|^2.
 #pragma once
 
@@ -89,57 +91,36 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
     syncwarp();  // every lane has read the buffer before it refills
     kept = 0;
   };
-  static_assert(U == 4, "a segment's first entries are one 16-byte load of keys and one of indices");
-  // (the launcher keeps rows, segments and both buffers 16-byte aligned: merge_pack()'s filtered_rows)
-  auto load4 = [&](long long e, float (&key)[U], int (&ix)[U]) {
-    const float4 kv = *reinterpret_cast<const float4*>(row + e);
-    const uint4 iv = *reinterpret_cast<const uint4*>(row_idx + e);
-    key[0] = kv.x, key[1] = kv.y, key[2] = kv.z, key[3] = kv.w;
-    ix[0] = static_cast<int>(iv.x), ix[1] = static_cast<int>(iv.y), ix[2] = static_cast<int>(iv.z),
-    ix[3] = static_cast<int>(iv.w);
-  };
   for (int s0 = 0; s0 < segs; s0 += 32 * J) {
     if (kept > KEPT - 32 * J * U) merge_kept();
-    // every segment's count and first U entries at once: their addresses do not depend on the count (a segment
-    // holds seg_len >= U entries), so one round trip; entries past the count are read but never offered
     int cnt[J];
-    float key[J][U] = {};
-    int ix[J][U] = {};
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const int s = s0 + 32 * j + lane;
-      int c = 0;
-      if (s < segs) {
-        c = row_idx[after + s];
-        load4(static_cast<long long>(s) * seg_len, key[j], ix[j]);
-      }
+      const int c = s < segs ? row_idx[after + s] : 0;
       cnt[j] = c < 0 ? 0 : c < seg_len ? c : seg_len;
+      sts(seg_cnt + 32 * j + lane, cnt[j]);  // (a lane reads back only its own)
     }
+    float key[J][U] = {};
+    int ix[J][U] = {};
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < cnt[j]) {  // every load of the round in flight together
+          const long long e = static_cast<long long>(s0 + 32 * j + lane) * seg_len + u;
+          key[j][u] = row[e];
+          ix[j][u] = row_idx[e];
+        }
 #pragma unroll
     for (int j = 0; j < J; ++j)
 #pragma unroll
       for (int u = 0; u < U; ++u) offer(u < cnt[j], key[j][u], ix[j][u]);
-    // entries U .. 2U - 1 of every longer segment: one more round trip for all of them
-    bool longer = false;
-#pragma unroll
-    for (int j = 0; j < J; ++j) longer |= cnt[j] > U;
-    if (__any_sync(0xffffffffu, longer)) {
-      if (kept > KEPT - 32 * J * U) merge_kept();
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-        if (cnt[j] > U) load4(static_cast<long long>(s0 + 32 * j + lane) * seg_len + U, key[j], ix[j]);
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int u = 0; u < U; ++u) offer(U + u < cnt[j], key[j][u], ix[j][u]);
-    }
-    // the rest of the still longer segments (rare), U entries of one at a time
-#pragma unroll
-    for (int j = 0; j < J; ++j) sts(seg_cnt + 32 * j + lane, cnt[j]);  // (a lane reads back only its own)
+    // the rest of the longer segments (rare: ~0.3 entries a segment at 50K / 100), U entries of one at a time
     for (int j = 0; j < J; ++j) {
       const int c = lds(seg_cnt + 32 * j + lane);
       const long long e0 = static_cast<long long>(s0 + 32 * j + lane) * seg_len;
-      for (int o = 2 * U; __any_sync(0xffffffffu, o < c); o += U) {
+      for (int o = U; __any_sync(0xffffffffu, o < c); o += U) {
         if (kept > KEPT - 32 * U) merge_kept();
         float v[U] = {};
         int vi[U] = {};
