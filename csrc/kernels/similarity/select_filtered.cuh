@@ -44,6 +44,7 @@
 #pragma once
 
 #include "similarity/merge_sorted.cuh"  // warp_keep, warp_merge_kept, warp_write_top; MergeParams' helpers
+#include "similarity/select.cuh"  // select_clock(): the diagnosis build's stamps
 
 namespace tunelab {
 namespace sim {
@@ -52,10 +53,21 @@ namespace sim {
 // select_filtered_smem_bytes(J, KEPT) bytes (params.cuh: the kept entries, the round's counts; not qnorm, which the
 // caller filled: stash_query_norm2()). J segments a lane per round, U first loads each, KEPT entries buffered.
 
+// The diagnosis build (TUNELAB_SIM_SELECT_TRACE, benchmarks/similarity_select_trace.py --variant filtered|warps):
+// lane 0 of each warp stamps %globaltimer at its entry, the prior grid's end, the bar known (step 1), the first
+// loads of every segment offered, the rest of the longer segments offered, the kept entries merged, the answer
+// written; an eighth word holds the entries kept (low 32 bits) and the later loads' rounds (high 32 bits). It
+// writes them over the first 16 entries of segment 0 of the query's row once done (the next search's appends
+// rewrite what it reads: entries below the segment's count).
+constexpr int kFilterSelectTraceStamps = 8;
+
 template <int DTYPE, int METRIC, int J, int U, int KEPT>
 __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int q, int lane, unsigned char* smem,
-                                                      const float* qnorm) {
+                                                      const float* qnorm, unsigned long long t_entry = 0,
+                                                      unsigned long long t_wait = 0) {
   static_assert(KEPT >= 32 * (J * U + 1), "a round's first loads and a partial chunk fit the buffer");
+  unsigned long long stamp[kFilterSelectTraceStamps] = {t_entry, t_wait};  // (trace build)
+  int kept_total = 0, later_rounds = 0;  // (trace build)
   float* bkey = reinterpret_cast<float*>(smem);  // [KEPT] kept entries not yet merged
   int* bidx = reinterpret_cast<int*>(bkey + KEPT);  // [KEPT]
   int* seg_cnt = bidx + KEPT;                       // [J][32] the round's counts, lane-major
@@ -76,6 +88,7 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
     smallest = other < smallest ? other : smallest;
   }
   float bound = fmaxf(ordered_float(global), ordered_float(smallest));
+  stamp[2] = select_clock();
 
   // 2. the entries >= the bar to the buffer; every 32 of them sorted into the running top 32 once the buffer fills,
   // and at the end (one rolled loop: each inlined copy of the sort is ~200 instructions)
@@ -83,7 +96,9 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
   int ri = 0x7fffffff;
   int kept = 0;  // entries in bkey / bidx (uniform over the warp)
   auto offer = [&](bool have, float key, int ix) {  // collective: every lane, one entry or none
+    const int before = kept;
     warp_keep(have && key >= bound, key, ix, bkey, bidx, kept, lane);  // (false for NaN)
+    kept_total += kept - before;
   };
   auto merge_kept = [&]() {  // the whole buffer into the running list, 32 entries at a time
     for (int b = 0; b < kept; b += 32)
@@ -116,12 +131,14 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
     for (int j = 0; j < J; ++j)
 #pragma unroll
       for (int u = 0; u < U; ++u) offer(u < cnt[j], key[j][u], ix[j][u]);
+    stamp[3] = select_clock();
     // the rest of the longer segments (rare: ~0.3 entries a segment at 50K / 100), U entries of one at a time
     for (int j = 0; j < J; ++j) {
       const int c = lds(seg_cnt + 32 * j + lane);
       const long long e0 = static_cast<long long>(s0 + 32 * j + lane) * seg_len;
       for (int o = U; __any_sync(0xffffffffu, o < c); o += U) {
         if (kept > KEPT - 32 * U) merge_kept();
+        ++later_rounds;
         float v[U] = {};
         int vi[U] = {};
 #pragma unroll
@@ -132,10 +149,24 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
       }
     }
   }
+  stamp[4] = select_clock();
   merge_kept();
+  stamp[5] = select_clock();
 
   // 3. the answer
   warp_write_top<METRIC>(p, q, qnorm, rk, ri, k, lane);
+#ifdef TUNELAB_SIM_SELECT_TRACE
+  syncwarp();  // every lane's reads of the row are done
+  stamp[6] = select_clock();
+  stamp[7] = static_cast<unsigned>(kept_total) | static_cast<unsigned long long>(later_rounds) << 32;
+  if (lane == 0 && seg_len >= 2 * kFilterSelectTraceStamps)
+    for (int i = 0; i < kFilterSelectTraceStamps; ++i)
+      reinterpret_cast<unsigned long long*>(const_cast<float*>(row))[i] = stamp[i];
+#else
+  (void)stamp;
+  (void)kept_total;
+  (void)later_rounds;
+#endif
 }
 
 template <int DTYPE, int METRIC>
@@ -145,9 +176,11 @@ __global__ void __launch_bounds__(32) similarity_select_filtered(const __grid_co
   float* qnorm = reinterpret_cast<float*>(tunelab_similarity_smem + select_filtered_smem_bytes(J, KEPT));
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int q = static_cast<int>(blockIdx.x);
+  const unsigned long long t_entry = select_clock();
   stash_query_norm2<DTYPE, METRIC>(p, q, true, lane, qnorm);  // the queries are the search's input, not its output
   pdl_wait_prior_grid();  // a programmatic launch after the search: its rows are complete from here on
-  select_filtered_query<DTYPE, METRIC, J, kFilterSelectLoads, KEPT>(p, q, lane, tunelab_similarity_smem, qnorm);
+  select_filtered_query<DTYPE, METRIC, J, kFilterSelectLoads, KEPT>(p, q, lane, tunelab_similarity_smem, qnorm,
+                                                                      t_entry, select_clock());
 }
 
 }  // namespace sim
