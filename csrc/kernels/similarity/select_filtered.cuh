@@ -101,6 +101,26 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
     kept_total += kept - before;
   };
   auto merge_kept = [&]() {  // the whole buffer into the running list, 32 entries at a time
+    if (kept > 32) {
+      // First a bar from the lanes' maxima (lane l's of entries l, l + 32, ...): k of them, from k lanes, reach the
+      // k-th largest, so nothing below it is in the top k. One sort of 32 maxima, then the entries that reach it
+      // (ties pass) are compacted in place: most of the chunks' sorts fall away (at 50K / 100 up to ~170 kept
+      // entries a query, 6 sorts; results/similarity_select_trace_warps_h200.json).
+      syncwarp();  // every lane's kept entries are written
+      float m = -f32_inf();
+      for (int i = lane; i < kept; i += 32) m = fmaxf(m, lds(bkey + i));  // (kept entries are never NaN)
+      bound = fmaxf(bound, shfl_f(warp_sort_desc(m, lane), k - 1));
+      int n = 0;
+      for (int b = 0; b < kept; b += 32) {
+        const int i = b + lane;
+        const float key = i < kept ? lds(bkey + i) : -f32_inf();
+        const int ix = i < kept ? lds(bidx + i) : 0;
+        syncwarp();  // the chunk is read before the compaction writes into it (at or below its entries)
+        warp_keep(i < kept && key >= bound, key, ix, bkey, bidx, n, lane);
+      }
+      syncwarp();
+      kept = n;
+    }
     for (int b = 0; b < kept; b += 32)
       warp_merge_kept(bkey + b, bidx + b, kept - b < 32 ? kept - b : 32, rk, ri, bound, k, lane);
     syncwarp();  // every lane has read the buffer before it refills
