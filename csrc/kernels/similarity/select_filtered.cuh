@@ -14,8 +14,9 @@
 //   2. Every lane reads the counts of segments lane, lane + 32, ... (32 x kFilterSelectSegs a round), loads the
 //      first kFilterSelectLoads entries of each of them at once (keys and indices: one more round trip), then the
 //      rest of any longer segment the same way, and keeps the entries >= B (ties pass: the tie rule decides among
-//      them) in shared memory; when the buffer fills, and at the end, every 32 kept are sorted across the warp and
-//      merged into the running top 32 (merge_sorted.cuh), whose k-th entry then raises B.
+//      them) in shared memory; when the buffer fills, and at the end, B first rises to the k-th largest of the
+//      lanes' maxima over the kept entries and they are compacted to those that reach it, then every 32 kept are
+//      sorted across the warp and merged into the running top 32 (merge_sorted.cuh), whose k-th entry then raises B.
 //   3. Lane r < k writes entry r (missing entries, fewer than k keys that are not NaN: (-inf or +inf, -1)).
 //
 // On the H200 at 50K / 100 (benchmarks/similarity_filtered.py --quick, results/similarity_filtered_wsel2_h200.json):
@@ -27,6 +28,9 @@
 // H100: taking the global bar alone as its bar (540a19b, reverted) measured 45.5 against 11.2 us alone (~1,500
 // entries a query reached it, before the tile-maximum words); holding each thread's first 4 entries in registers
 // (41ccf11, reverted) moved its steps but not its span past the search (results/similarity_filtered_h100_held.json).
+// The lanes' maxima bound before the merging (2fa0b42): on an H100 the MERGE=6 pair 53.6 against 55.2 us at 50K / 100
+// and 41.9 against 41.3 at 1 x 50K (results/similarity_filtered_lanemax_h100.json); before it, on the H200, merging
+// the worst query's 172 kept entries took 3.07 us (results/similarity_select_trace_warps_h200.json).
 // Moving this select into the MERGE=7 search (84cb231, reverted: after the search's rows, a grid-wide barrier, then
 // this warp select per query in the filter warps, benchmarks/similarity_fused_select.py there) was slower on an
 // H100: its search alone took 52.3 us against MERGE=7's pair's 49.1 at 50K / 100, and 42.6 against 42.4 at 1 x 50K
