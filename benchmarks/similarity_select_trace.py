@@ -15,7 +15,7 @@ For each shape the search + select pair runs ``--reps`` times, each after an L2 
 ``filtered`` rows too, with the dense select's steps. Per block the phase durations, and per run the select's span
 past the search (the last block's end less the first block's wait return); medians over runs of the medians (and
 maxima) over blocks, in us. Results: benchmarks/results/similarity_select_trace[_VARIANT][_TAG].json (dense: no
-variant in the name); a table last. The H100's %globaltimer advanced in steps of ~0.26 us (~0.03 us on the H200),
+variant in the name); a table last. %globaltimer advanced in steps of ~0.26 us on the H100 and the H200 alike,
 so a phase reads to about that. Two results files hold reverted selects as well: in
 results/similarity_select_trace_h100.json the ``bulk`` rows are 4197698's (its window by bulk copies; its
 ``cp.async`` rows are the dense select as built now), in similarity_select_trace_h100_held.json the ``filtered``
