@@ -67,7 +67,8 @@ def one_run(prep, steps: tuple[str, ...], stamps: int) -> dict:
     wait_spread = float(us[:, 1].max())
     counts = {}
     if stamps > len(steps) + 2:  # the filtered select's counters
-        counts = {"kept": (raw[:, -1] & 0xffffffff).astype(np.float64), "later_rounds": (raw[:, -1] >> 32).astype(np.float64)}
+        counts = {"kept": (raw[:, -1] & 0xffffffff).astype(np.float64),
+                  "later_rounds": (raw[:, -1] >> 32).astype(np.float64)}
     return {"blocks": out, "counts": counts, "span_past_search_us": span, "wait_spread_us": wait_spread}
 
 
@@ -103,7 +104,8 @@ def main() -> int:
         if runs[0]["counts"]:
             v["per_query_median"] = {k: float(np.median([np.median(r["counts"][k]) for r in runs]))
                                      for k in runs[0]["counts"]}
-            v["per_query_max"] = {k: float(np.median([np.max(r["counts"][k]) for r in runs])) for k in runs[0]["counts"]}
+            v["per_query_max"] = {k: float(np.median([np.max(r["counts"][k]) for r in runs]))
+                                  for k in runs[0]["counts"]}
             counts = "; " + ", ".join(f"{k} {v['per_query_median'][k]:.0f}/{v['per_query_max'][k]:.0f}"
                                       for k in v["per_query_median"])
         print(f"nq={nq:>4} N={n:>7}: span past search {v['span_past_search_us']:5.2f} us; per block "

@@ -53,10 +53,6 @@
 namespace tunelab {
 namespace sim {
 
-// One warp's select of query q's candidate row (steps 1-3 above) into p's outputs. Shared memory at smem:
-// select_filtered_smem_bytes(J, KEPT) bytes (params.cuh: the kept entries, the round's counts; not qnorm, which the
-// caller filled: stash_query_norm2()). J segments a lane per round, U first loads each, KEPT entries buffered.
-
 // The diagnosis build (TUNELAB_SIM_SELECT_TRACE, benchmarks/similarity_select_trace.py --variant filtered|warps):
 // lane 0 of each warp stamps %globaltimer at its entry, the prior grid's end, the bar known (step 1), the first
 // loads of every segment offered, the rest of the longer segments offered, the kept entries merged, the answer
@@ -65,6 +61,9 @@ namespace sim {
 // rewrite what it reads: entries below the segment's count).
 constexpr int kFilterSelectTraceStamps = 8;
 
+// One warp's select of query q's candidate row (steps 1-3 above) into p's outputs. Shared memory at smem:
+// select_filtered_smem_bytes(J, KEPT) bytes (params.cuh: the kept entries, the round's counts; not qnorm, which the
+// caller filled: stash_query_norm2()). J segments a lane per round, U first loads each, KEPT entries buffered.
 template <int DTYPE, int METRIC, int J, int U, int KEPT>
 __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int q, int lane, unsigned char* smem,
                                                       const float* qnorm, unsigned long long t_entry = 0,
