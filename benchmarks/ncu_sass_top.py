@@ -14,7 +14,11 @@ def main() -> int:
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    path, top = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "40"
+    if not top.isdigit():
+        print(f"N={top!r}: pass how many instructions to list, a whole number (e.g. 40)", file=sys.stderr)
+        return 2
+    top = int(top)
     with open(path, newline="") as f:
         rows = [r for r in csv.reader(f)]
     head = next((i for i, r in enumerate(rows) if "Source" in r and any("Sampling" in c for c in r)), None)
@@ -25,8 +29,8 @@ def main() -> int:
     src = cols.index("Source")
     addr = cols.index("Address") if "Address" in cols else None
     total_col = next(i for i, c in enumerate(cols) if c.startswith("Warp Stall Sampling (All"))
-    reason_cols = [i for i, c in enumerate(cols) if c.startswith("stall_") or c.endswith("(All Samples)")
-                   and i != total_col]
+    reason_cols = [i for i, c in enumerate(cols)
+                   if c.startswith("stall_") or (c.endswith("(All Samples)") and i != total_col)]
 
     def num(v: str) -> float:
         try:

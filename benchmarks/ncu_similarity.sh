@@ -13,7 +13,7 @@
 # (similarity_probe.py --define).
 set -uo pipefail
 if [ $# -lt 4 ]; then
-  echo "usage: $0 TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES] [traffic|stalls] [MACRO=VALUE]" \
+  echo "usage: $0 TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES] [traffic|stalls|source] [MACRO=VALUE]" \
        "(SET: a --variants set of similarity_probe.py)" >&2
   exit 2
 fi

@@ -289,13 +289,13 @@ def block_timeline(launch, cand_key, blocks: int, merge: int | None = None) -> d
             d = np.diff(cols[have], axis=1) / 1e3
             first.append({"group": g, "blocks": int(have.sum()),
                           **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FIRST_STEPS)}})
-    # MERGE=7: the filter warps' first tile (topk.cuh fw_trace(), group 0's slots 0..2), from group 0's MMAs done
-    cols = np.concatenate([ns[:, [TRACE_TURN0 + 1]], ns[:, f0: f0 + len(FILTER_WARP_STEPS)]], axis=1)
-    have = (cols > 0).all(axis=1)
-    if filter_warps and have.any():
-        d = np.diff(cols[have], axis=1) / 1e3
-        first.append({"group": "filter warps", "blocks": int(have.sum()),
-                      **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FILTER_WARP_STEPS)}})
+    if filter_warps:  # the filter warps' first tile (topk.cuh fw_trace(), group 0's slots 0..2), from its MMAs' end
+        cols = np.concatenate([ns[:, [TRACE_TURN0 + 1]], ns[:, f0: f0 + len(FILTER_WARP_STEPS)]], axis=1)
+        have = (cols > 0).all(axis=1)
+        if have.any():
+            d = np.diff(cols[have], axis=1) / 1e3
+            first.append({"group": "filter warps", "blocks": int(have.sum()),
+                          **{f"{name}_us": float(np.median(d[:, i])) for i, name in enumerate(FILTER_WARP_STEPS)}})
     why = []  # TopkBlock::trace_why(): per block and tile group, why its pre-check took the store-and-scan path
     for b in range(blocks):
         for grp in range(2):

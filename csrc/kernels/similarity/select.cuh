@@ -57,28 +57,7 @@ namespace sim {
 // The select's diagnosis build (TUNELAB_SIM_SELECT_TRACE, benchmarks/similarity_select_trace.py): thread 0 of each
 // block stamps %globaltimer at kSelectTraceStamps points (entry, the prior grid's end, steps 1 to 4) and writes them
 // over the first entries of its row of the key matrix when the block is done (the next search rewrites the row).
-constexpr int kSelectTraceStamps = 6;
-__device__ __forceinline__ unsigned long long select_clock() {
-#ifdef TUNELAB_SIM_SELECT_TRACE
-  return globaltimer_ns();
-#else
-  return 0;
-#endif
-}
-
-// Sorts one value per lane across the warp, descending (lane 0 the largest). Values must not be NaN.
-__device__ __forceinline__ float warp_sort_desc(float x, int lane) {
-#pragma unroll
-  for (int size = 2; size <= 32; size <<= 1) {
-#pragma unroll
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);
-      const float o = shfl_xor_f(x, stride);
-      x = keep_max ? fmaxf(x, o) : fminf(x, o);
-    }
-  }
-  return x;
-}
+constexpr int kSelectTraceStamps = 6;  // (topk.cuh select_clock())
 
 template <int DTYPE, int METRIC>
 __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid_constant__ MergeParams p) {

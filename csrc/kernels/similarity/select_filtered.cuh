@@ -48,7 +48,6 @@
 #pragma once
 
 #include "similarity/merge_sorted.cuh"  // warp_keep, warp_merge_kept, warp_write_top; MergeParams' helpers
-#include "similarity/select.cuh"  // select_clock(): the diagnosis build's stamps
 
 namespace tunelab {
 namespace sim {
@@ -99,11 +98,10 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
   int ri = 0x7fffffff;
   int kept = 0;  // entries in bkey / bidx (uniform over the warp)
   auto offer = [&](bool have, float key, int ix) {  // collective: every lane, one entry or none
-    const int before = kept;
     warp_keep(have && key >= bound, key, ix, bkey, bidx, kept, lane);  // (false for NaN)
-    kept_total += kept - before;
   };
   auto merge_kept = [&]() {  // the whole buffer into the running list, 32 entries at a time
+    kept_total += kept;  // (trace build: every kept entry is merged once)
     if (kept > 32) {
       // First a bar from the lanes' maxima (lane l's of entries l, l + 32, ...): k of them, from k lanes, reach the
       // k-th largest, so nothing below it is in the top k. One sort of 32 maxima, then the entries that reach it
@@ -112,7 +110,7 @@ __device__ __forceinline__ void select_filtered_query(const MergeParams& p, int 
       syncwarp();  // every lane's kept entries are written
       float m = -f32_inf();
       for (int i = lane; i < kept; i += 32) m = fmaxf(m, lds(bkey + i));  // (kept entries are never NaN)
-      bound = fmaxf(bound, shfl_f(warp_sort_desc(m, lane), k - 1));
+      bound = fmaxf(bound, warp_kth_largest(m, k, lane));
       int n = 0;
       for (int b = 0; b < kept; b += 32) {
         const int i = b + lane;

@@ -68,11 +68,11 @@
 namespace tunelab {
 namespace sim {
 
-// The k-th largest (1 <= k <= 32) of one value per lane, for N values per lane at once (x[i] of every lane: N
-// independent selections, whose shuffle chains hide each other's latency): bitonic sort across lanes, descending;
-// every lane gets the results in x. Values must not be NaN (fmaxf/fminf would drop them).
+// Bitonic sort across lanes, descending (lane 0 the largest), of N values per lane at once (x[i] of every lane: N
+// independent sorts, whose shuffle chains hide each other's latency). Values must not be NaN (fmaxf/fminf would
+// drop them).
 template <int N>
-__device__ __forceinline__ void warp_kth_largest_n(float (&x)[N], int k, int lane) {
+__device__ __forceinline__ void warp_sort_desc_n(float (&x)[N], int lane) {
 #pragma unroll
   for (int size = 2; size <= 32; size <<= 1) {
 #pragma unroll
@@ -87,6 +87,17 @@ __device__ __forceinline__ void warp_kth_largest_n(float (&x)[N], int k, int lan
       }
     }
   }
+}
+__device__ __forceinline__ float warp_sort_desc(float x, int lane) {
+  float v[1] = {x};
+  warp_sort_desc_n<1>(v, lane);
+  return v[0];
+}
+// The k-th largest (1 <= k <= 32) of one value per lane, for N values per lane at once; every lane gets the results
+// in x. Values must not be NaN.
+template <int N>
+__device__ __forceinline__ void warp_kth_largest_n(float (&x)[N], int k, int lane) {
+  warp_sort_desc_n<N>(x, lane);
 #pragma unroll
   for (int i = 0; i < N; ++i) x[i] = shfl_f(x[i], k - 1);
 }
@@ -1697,7 +1708,6 @@ struct TopkBlock {
   // (fw_scan()). Every lane of the warp calls it (a column past BQ or nq: live = false, nothing read or written).
   // With `next`, the column's bar for the next tile is staged meanwhile (its loads are in flight during the scan).
   __device__ __forceinline__ void fw_append(int c, int tile, bool live, bool next, float bar) const {
-    if (!live) bar = f32_inf();
     int n = live ? lds(fw_count(c)) : 0;
     WordLoads l;
     if (next && live) l = words_issue(c);
@@ -2341,6 +2351,15 @@ __device__ __forceinline__ void stash_query_norm2(const MergeParams& p, int q, b
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) s += shfl_xor_f(s, m);
   if (lane == 0) sts(qnorm, s);
+}
+
+// The selects' diagnosis builds (TUNELAB_SIM_SELECT_TRACE: select.cuh, select_filtered.cuh): %globaltimer, else 0.
+__device__ __forceinline__ unsigned long long select_clock() {
+#ifdef TUNELAB_SIM_SELECT_TRACE
+  return globaltimer_ns();
+#else
+  return 0;
+#endif
 }
 
 // Entry `rank` of candidate list l of query q as (key, index), or (NaN, -1) for a missing entry (index -1 in the
