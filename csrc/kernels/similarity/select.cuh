@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kSelectThreads) similarity_select(const __grid
     float b = lane < WARPS && k <= 32 ? lds(wmax + 32 + lane) : -f32_inf();
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, shfl_xor_f(b, o));
-    const float kth_head = k <= 32 ? shfl_f(warp_sort_desc(head, lane), k - 1) : -f32_inf();
+    const float kth_head = k <= 32 ? warp_kth_largest(head, k, lane) : -f32_inf();
     if (lane == 0) {
       sts(bar_key, fmaxf(b, kth_head));
       sts(bar_idx, 0x7fffffff);  // (bar, INT_MAX): every entry whose key is >= bar is at least as good
