@@ -13,7 +13,8 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
               only where that config has the TMA producer, MMA 2 or 3)
   filtered-before   (with --before DIR) the same MERGE=6 config compiled from DIR's headers (laid out as
               csrc/kernels, holding only the files to replace: _common.kernel_variant), e.g. topk.cuh before the
-              global bars, so that a kernel change is measured in one process against what it replaced
+              global bars, so that a kernel change is measured in one process against what it replaced; and
+              warps-before, the MERGE=7 config so compiled, where there is a warps arm
   filtered-NAME     (with --variant NAME:MACRO=VALUE[,MACRO=VALUE...], repeatable) the same MERGE=6 config compiled
               with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh); and
               warps-NAME, the MERGE=7 config with them, where there is a warps arm
@@ -63,10 +64,12 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
     dense = dict(sim.default_config(nq, K, dtype, D, n=bucket), MERGE=sim.MERGE_DENSE)
     out = {"fused": Prepared(fused, q, c), "dense": Prepared(dense, q, c),
            "filtered": Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)}
+    warps = sim.uses_tma(dense)
     if before is not None:
         with kernel_variant(headers=before):
             out["filtered-before"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
-    warps = sim.uses_tma(dense)
+            if warps:
+                out["warps-before"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
     if warps:
         out["warps"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
     for name, defines in (defined or {}).items():
@@ -110,7 +113,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="three shapes, fewer samples")
     ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. h100)")
     ap.add_argument("--before", type=headers_dir(), default=None,
-                    help="directory laid out as csrc/kernels with the headers of the 'filtered-before' arm")
+                    help="directory laid out as csrc/kernels with the headers of the 'filtered-before' and "
+                         "'warps-before' arms")
     ap.add_argument("--variant", type=parse_variant, action="append", default=[], metavar="NAME:MACRO=VALUE,...",
                     help="a 'filtered-NAME' arm compiled with these macros defined (repeatable)")
     args = ap.parse_args()
@@ -151,7 +155,8 @@ def main() -> int:
                                                            "rows": rows}, args.tag)
     print(f"wrote {path}")
     arms = (("torch", "fused", "dense", "filtered") + (("filtered-before",) if args.before else ())
-            + tuple(f"filtered-{name}" for name in defined) + ("warps",) + tuple(f"warps-{name}" for name in defined))
+            + tuple(f"filtered-{name}" for name in defined) + ("warps",) + (("warps-before",) if args.before else ())
+            + tuple(f"warps-{name}" for name in defined))
     print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")
     for r in rows:
         cells = []

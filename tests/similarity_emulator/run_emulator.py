@@ -111,8 +111,13 @@ TOPK_SCENARIOS = [
     (3, 17920, 40, 3, 280, 1, 0, 23, 1),    # 280 lists (64-row tiles): a second batch of list heads (merge_sorted.cuh)
     (3, 2500, 40, 10, 2, 1, 4, 24, 1),      # every key ties: queues overflow, the select kernel raises its bar
     (4, 5000, 72, 10, 2, 1, 2, 26, 1),      # every row passes: 2500 candidates a segment, the best appended last
+    # 100 queries, 10 splits of 2-3 tiles (configs of BLOCK_Q > 96 only: WIDE_SCENARIOS): MERGE=7's filter threads with two
+    # query columns, the second column's words in flight during the first's scan (the 50K / 100 shape's layout)
+    (100, 2600, 40, 10, 10, 1, 1, 27, 1),
 ]
-QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20, 21]
+QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20, 21, 27]
+#: scenarios run only for configs whose query tile passes 96 (BLOCK_Q > 96), where they cover what the others do not
+WIDE_SCENARIOS = [27]
 
 # (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
 GRAM_CONFIGS = [
@@ -171,12 +176,15 @@ def _run(exe: Path, args: list, sched_seed: int = 0) -> tuple[bool, str]:
 def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tuple, list]]:
     """(define, traits, run args) for every run of the matrix (``only``: those TOPK_CONFIGS indices, no Gram)."""
     out = []
-    scen = [TOPK_SCENARIOS[i] for i in QUICK_SCENARIOS] if quick else TOPK_SCENARIOS
+    scen_ids = QUICK_SCENARIOS if quick else range(len(TOPK_SCENARIOS))
     cfgs = [TOPK_CONFIGS[i] for i in QUICK_CONFIGS] if quick else TOPK_CONFIGS
     if only is not None:
         cfgs = [TOPK_CONFIGS[i] for i in only]
     for cfg in cfgs:
-        for (nq, n, d16, k, splits, chunks, data, seed, late) in scen:
+        for si in scen_ids:
+            if si in WIDE_SCENARIOS and cfg[3] <= 96:
+                continue
+            (nq, n, d16, k, splits, chunks, data, seed, late) = TOPK_SCENARIOS[si]
             if chunks == 0 and cfg[1] != 0:
                 continue  # the unfused ablation is inner product only
             if len(cfg) > 12 and cfg[12] == 1:
