@@ -1706,13 +1706,18 @@ struct TopkBlock {
   }
   // Step 3 for column c: the keys at least `bar` (its staged bar) to the split's segment, after the column's count
   // (fw_scan()). Every lane of the warp calls it (a column past BQ or nq: live = false, nothing read or written).
-  __device__ __forceinline__ void fw_append(int c, int tile, bool live, float bar) const {
+  // With `next`, the column's bar for the next tile is staged meanwhile (its loads are in flight during the scan).
+  __device__ __forceinline__ void fw_append(int c, int tile, bool live, bool next, float bar) const {
     int n = live ? lds(fw_count(c)) : 0;
+    WordLoads l;
+    if (next && live) l = words_issue(c);
     const long long row = segment_start(q0 + c);
     const int id0 = static_cast<int>(p.index_base) + tile * BN;
     fw_scan(c, live, bar, [&](float key, int r) { put_candidate(row + n++, key, id0 + r); });
     if (live) sts(fw_count(c), n);
+    if (next && live) fw_bar_take(c, l);
   }
+
   // The first tile, a column's keys at least its own bound (k-th largest of its row groups' maxima: ~1 in 10 of a
   // 128-row tile) are held in shared memory (kFilterHeld a column), and the tile is released at once: its bar would
   // need the other blocks' words, one round trip of L2 that takes ~4 us under the corpus stream (an H100: results/
@@ -1733,12 +1738,10 @@ struct TopkBlock {
     });
     const bool over = n > kFilterHeld;
     if (live) sts(fw_held_n(c), over ? 0 : n);
-    if (__any_sync(0xffffffffu, over)) fw_append(c, tile, live && over, bar);  // (warp-uniform)
+    if (__any_sync(0xffffffffu, over)) fw_append(c, tile, live && over, false, bar);  // (warp-uniform)
   }
-  // Step 2's end for column c: its bar staged from its words' loads l (fw_bar_take()), and the first tile's held keys
-  // that reach it to the split's segment.
-  __device__ __forceinline__ void fw_stage_release(int c, int tile, const WordLoads& l) const {
-    fw_bar_take(c, l);
+  // The first tile's held keys of column c that reach its staged bar (fw_bar_take()) to the split's segment.
+  __device__ __forceinline__ void fw_release_held(int c, int tile) const {
     const float bar = lds(fw_bar(c));
     const int held = lds(fw_held_n(c));
     int n = lds(fw_count(c));
@@ -1781,33 +1784,18 @@ struct TopkBlock {
         fw_trace(ftid, 1);
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
-          if (fw_live(c)) fw_stage_release(c, tile, words_issue(c));
+          if (fw_live(c)) {
+            fw_bar_take(c, words_issue(c));
+            fw_release_held(c, tile);
+          }
         fw_trace(ftid, 2);
         continue;
       }
-      // Each column's bar for the next tile: its words' loads are issued before its scan and taken after the scan of
-      // the thread's next column (or after the tile's release), so that a thread with two columns (BQ > FT) waits
-      // for one round trip of L2 a tile instead of two (~4 us each under the corpus stream). One column's loads are
-      // in flight during a scan, as before; both columns' at once spilled.
       const bool next = m + 1 < ntiles;
-      WordLoads held;
-      int held_c = -1;
 #pragma unroll 1
-      for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT) {  // (warp-uniform)
-        const bool live = fw_live(c);
-        WordLoads l;
-        if (next && live) l = words_issue(c);
-        const float bar = live ? lds(fw_bar(c)) : 0.f;
-        if (held_c >= 0) fw_bar_take(held_c, held);
-        held_c = -1;
-        fw_append(c, tile, live, bar);
-        if (next && live) {
-          held = l;
-          held_c = c;
-        }
-      }
+      for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT)  // (warp-uniform)
+        fw_append(c, tile, fw_live(c), next, fw_live(c) ? lds(fw_bar(c)) : 0.f);
       mbar::arrive(fw_empty_bar(m));  // this thread's reads of the tile are done
-      if (held_c >= 0) fw_bar_take(held_c, held);
     }
     filter_write_counts(ftid, FT);  // (each column's count is its own thread's)
     if constexpr (kTrace) {
