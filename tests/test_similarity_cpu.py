@@ -1090,6 +1090,35 @@ def test_cpu_emulator_catches_a_missing_pingpong_order(tmp_path):
     assert not ok and "deadlock" in text_bad, text_bad
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU emulator needs a C++ compiler")
+def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
+    """The emulator's 100-query scenario (run_emulator.WIDE_SCENARIOS) reaches MERGE=7's filter threads with two
+    query columns (BLOCK_Q = 104 over 96 filter threads, the 50K / 100 layout), which no other scenario does: with
+    the second columns' later tiles filtered by a bar above every key, the 50K / 100 filter-warp config loses answers
+    there, while the unmodified kernel gives the reference's."""
+    run_emulator = _run_emulator_module()
+    kernels = tmp_path / "kernels"
+    shutil.copytree(run_emulator.KERNELS, kernels)
+    topk = kernels / "similarity" / "topk.cuh"
+    bar = "fw_append(c, tile, fw_live(c), next, fw_live(c) ? lds(fw_bar(c)) : 0.f);"
+    text = topk.read_text()
+    assert text.count(bar) == 1, "the filter warps' later-tile append moved: update this test"
+    topk.write_text(text.replace(bar, "fw_append(c, tile, fw_live(c), next, "
+                                      "fw_live(c) ? (c >= FT ? f32_inf() : lds(fw_bar(c))) : 0.f);"))
+    cfg = run_emulator.TOPK_CONFIGS[32]
+    assert cfg[9] == 7 and cfg[3] > 96, "config 32 is no longer the filter warps' 104-query config: update this test"
+    (wide,) = run_emulator.WIDE_SCENARIOS
+    nq, n, d16, k, splits, chunks, data, seed, late = run_emulator.TOPK_SCENARIOS[wide]
+    assert nq > 96
+    args = [nq, n, run_emulator._d_for(cfg[0], cfg[8], max(d16, 328)), k, splits, chunks, data, seed, late]
+    good = run_emulator._build("EMU_TOPK", cfg, tmp_path, "g++")
+    ok, text_good = run_emulator._run(good, args)
+    assert ok, text_good
+    bad = run_emulator._build("EMU_TOPK", cfg, tmp_path, "g++", kernels=kernels)
+    ok, text_bad = run_emulator._run(bad, args)
+    assert not ok and "bad_set=0 " not in text_bad, text_bad
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU emulator needs a C++ compiler")
 def test_kernels_on_cpu_emulator_full(tmp_path):
