@@ -1049,6 +1049,18 @@ def _run_emulator_module():
     return run_emulator
 
 
+def _patched_topk(tmp_path, run_emulator, old: str, new: str, what: str):
+    """A copy of the kernel tree under tmp_path whose similarity/topk.cuh has its one ``old`` replaced by ``new``
+    (``what`` names it for the message when the source no longer holds it exactly once)."""
+    kernels = tmp_path / "kernels"
+    shutil.copytree(run_emulator.KERNELS, kernels)
+    topk = kernels / "similarity" / "topk.cuh"
+    text = topk.read_text()
+    assert text.count(old) == 1, f"{what} moved in topk.cuh: update this test"
+    topk.write_text(text.replace(old, new))
+    return kernels
+
+
 #: TOPK_CONFIGS indices of the configs with a TMA producer (MMA 2, 3) in run_emulator.py
 TMA_EMULATOR_CONFIGS = [28, 29, 30, 31]
 
@@ -1073,13 +1085,9 @@ def test_cpu_emulator_catches_a_missing_pingpong_order(tmp_path):
     phase it does not own), the 50K / 100 default's config no longer completes a corpus of many tiles, while the
     unmodified kernel does."""
     run_emulator = _run_emulator_module()
-    kernels = tmp_path / "kernels"
-    shutil.copytree(run_emulator.KERNELS, kernels)
-    topk = kernels / "similarity" / "topk.cuh"
-    order = "if (grp == 1 || turn > 0) mbar::wait(order_bar(grp), (grp == 1 ? turn : turn - 1) & 1);"
-    text = topk.read_text()
-    assert text.count(order) == 1, "the ping-pong order wait moved: update this test"
-    topk.write_text(text.replace(order, "if (false) mbar::wait(order_bar(grp), 0);"))
+    kernels = _patched_topk(tmp_path, run_emulator,
+                            "if (grp == 1 || turn > 0) mbar::wait(order_bar(grp), (grp == 1 ? turn : turn - 1) & 1);",
+                            "if (false) mbar::wait(order_bar(grp), 0);", "the ping-pong order wait")
     cfg = run_emulator.TOPK_CONFIGS[28]
     args = [4, 3000, 328, 8, 1, 1, 1, 16, 1]  # 24 tiles in one split: the ring wraps many times
     good = run_emulator._build("EMU_TOPK", cfg, tmp_path, "g++")
@@ -1097,14 +1105,10 @@ def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
     the second columns' later tiles filtered by a bar above every key, the 50K / 100 filter-warp config loses answers
     there, while the unmodified kernel gives the reference's."""
     run_emulator = _run_emulator_module()
-    kernels = tmp_path / "kernels"
-    shutil.copytree(run_emulator.KERNELS, kernels)
-    topk = kernels / "similarity" / "topk.cuh"
-    bar = "fw_append(c, tile, fw_live(c), next, fw_live(c) ? lds(fw_bar(c)) : 0.f);"
-    text = topk.read_text()
-    assert text.count(bar) == 1, "the filter warps' later-tile append moved: update this test"
-    topk.write_text(text.replace(bar, "fw_append(c, tile, fw_live(c), next, "
-                                      "fw_live(c) ? (c >= FT ? f32_inf() : lds(fw_bar(c))) : 0.f);"))
+    kernels = _patched_topk(tmp_path, run_emulator,
+                            "fw_append(c, tile, fw_live(c), next, fw_live(c) ? lds(fw_bar(c)) : 0.f);",
+                            "fw_append(c, tile, fw_live(c), next, fw_live(c) ? (c >= FT ? f32_inf() : lds(fw_bar(c))) "
+                            ": 0.f);", "the filter warps' later-tile append")
     cfg = run_emulator.TOPK_CONFIGS[32]
     assert cfg[9] == 7 and cfg[3] > 96, "config 32 is no longer the filter warps' 104-query config: update this test"
     (wide,) = run_emulator.WIDE_SCENARIOS
