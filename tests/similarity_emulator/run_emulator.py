@@ -111,8 +111,8 @@ TOPK_SCENARIOS = [
     (3, 17920, 40, 3, 280, 1, 0, 23, 1),    # 280 lists (64-row tiles): a second batch of list heads (merge_sorted.cuh)
     (3, 2500, 40, 10, 2, 1, 4, 24, 1),      # every key ties: queues overflow, the select kernel raises its bar
     (4, 5000, 72, 10, 2, 1, 2, 26, 1),      # every row passes: 2500 candidates a segment, the best appended last
-    # 100 queries, 10 splits of 2-3 tiles (configs of BLOCK_Q > 96 only: WIDE_SCENARIOS): MERGE=7's filter threads with two
-    # query columns, the second column's words in flight during the first's scan (the 50K / 100 shape's layout)
+    # 100 queries (configs of BLOCK_Q > 96 only: WIDE_SCENARIOS), 21 tiles in 7 splits of 3 (10 asked): MERGE=7's
+    # filter threads with two query columns, as at 50K / 100, their words and bars past the first tile
     (100, 2600, 40, 10, 10, 1, 1, 27, 1),
 ]
 QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20, 21, 24]
@@ -174,7 +174,8 @@ def _run(exe: Path, args: list, sched_seed: int = 0) -> tuple[bool, str]:
 
 
 def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tuple, list]]:
-    """(define, traits, run args) for every run of the matrix (``only``: those TOPK_CONFIGS indices, no Gram)."""
+    """(define, traits, run args) for every run of the matrix (``only``: those TOPK_CONFIGS indices, no Gram); the
+    WIDE_SCENARIOS only for configs of BLOCK_Q > 96."""
     out = []
     scen_ids = QUICK_SCENARIOS if quick else range(len(TOPK_SCENARIOS))
     cfgs = [TOPK_CONFIGS[i] for i in QUICK_CONFIGS] if quick else TOPK_CONFIGS
