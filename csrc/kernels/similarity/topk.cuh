@@ -1645,20 +1645,14 @@ struct TopkBlock {
       for (int r = 0; r < FR; ++r) m = fmaxf(m, x[r]);  // (fmaxf drops NaN: rows past n, NaN keys)
       if (j < 16) v[j] = s * m;
       else w[j - 16] = s * m;
-      if (low) {  // m into the descending top[] (one key a group: distinct rows); k <= 16: from the sort below
 #pragma unroll
-        for (int i = 0; i < FW_RAISES; ++i) {
-          const float hi = fmaxf(top[i], m);
-          m = fminf(top[i], m);
-          top[i] = hi;
-        }
+      for (int i = 0; i < FW_RAISES; ++i) {  // m into the descending top[] (one key a group: distinct rows)
+        const float hi = fmaxf(top[i], m);
+        m = fminf(top[i], m);
+        top[i] = hi;
       }
     }
     const float b = lane_kth_largest_of_32_core(v, w, s, low ? 33 - p.k : p.k);
-    if (!low) {  // v holds the 16 largest group maxima, descending (a chain of 8 min / max a group, 256 in all, less)
-#pragma unroll
-      for (int i = 0; i < FW_RAISES; ++i) top[i] = v[i];
-    }
     sts(fw_bound(c), b);
     if (global_bar_usable(c)) {
       if (b > -f32_inf()) global_bar_raise(global_bar(c), ordered_bits(b));
@@ -1674,7 +1668,7 @@ struct TopkBlock {
   __device__ __forceinline__ void fw_bar_take(int c, const WordLoads& l) const {
     sts(fw_bar(c), fmaxf(lds(fw_bound(c)), words_bar(c, l)));
   }
-  // A scan of column c (every lane of the warp: a column past BQ or nq has live = false and passes nothing): each key
+  // A scan of column c (every lane of the warp: a column past BQ or nq has live = false and reads nothing): each key
   // at least `bar` (NaN never passes) goes to emit(key, its row in the tile), in row order. KC row groups (up to 32
   // rows) are loaded at once and their passes kept as a bit mask; the warp skips a chunk no lane's key passes, and a
   // lane emits its passes one set bit at a time (the key reread from the tile). One group at a time, each load's
@@ -1684,19 +1678,15 @@ struct TopkBlock {
   static constexpr int KC = 32 / FR > 0 ? 32 / FR : 1;
   template <class Emit>
   __device__ __forceinline__ void fw_scan(int c, bool live, float bar, Emit emit) const {
-    // a dead column reads a column of the tile (the last, past BQ) against a NaN bar, which no key passes: no
-    // predicated loads and NaN defaults in the loop (a quarter of its instructions)
-    if (!live) bar = f32_nan();
-    if (c >= BQ) c = BQ - 1;
     const float* col = fw_tile() + c * FP;
 #pragma unroll 1
     for (int j0 = 0; j0 < 32; j0 += KC) {
       float x[KC][FR];
 #pragma unroll
       for (int jj = 0; jj < KC; ++jj) {
-        if (j0 + jj < 32) {
+        if (live && j0 + jj < 32) {
           fw_rows(c, j0 + jj, x[jj]);
-        } else {  // (NaN: passes no bar, -inf included; KC does not divide 32)
+        } else {  // (NaN: passes no bar, -inf included)
 #pragma unroll
           for (int r = 0; r < FR; ++r) x[jj][r] = f32_nan();
         }
