@@ -1760,10 +1760,14 @@ struct TopkBlock {
   // among the steps it times.
   using FwStamps = unsigned long long[3][2];
   __device__ __forceinline__ void fw_trace(int ftid, int step, FwStamps& st) const {
-    if (kTrace && ftid == 0) {
+#ifdef TUNELAB_SIM_TRACE
+    if (ftid == 0) {
       st[step][0] = globaltimer_ns();
       st[step][1] = static_cast<unsigned long long>(clock64());
     }
+#else
+    (void)ftid, (void)step, (void)st;
+#endif
   }
   __device__ __forceinline__ void fw_trace_write(int ftid, const FwStamps& st) const {
     if (kTrace && ftid == 0) {
