@@ -144,11 +144,6 @@ TUNELAB_SIM_HD constexpr int topk_filter_tile_bytes(int block_q, int block_n) {
 }
 // MERGE=7: the producer warpgroup's warps 1..3 filter (named barrier 4 over them).
 constexpr int kFilterWarpCount = 3;
-// MERGE=7, an experiment (similarity_filtered.py --variant regs:TUNELAB_SIM_FW_EMIT_REGS=1): a scan emits its passing
-// keys from the registers it compared them in, every key predicated, instead of rereading each from the tile.
-#ifndef TUNELAB_SIM_FW_EMIT_REGS
-#define TUNELAB_SIM_FW_EMIT_REGS 0
-#endif
 // Accumulator holders of one query column in a tile group (the bound passes of MERGE 3, 4 and 6): 8 lanes of every
 // warp row of the group.
 TUNELAB_SIM_HD constexpr int topk_column_holders(int group_warps, int warps_q) { return 8 * group_warps / warps_q; }

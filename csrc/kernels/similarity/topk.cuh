@@ -1697,19 +1697,11 @@ struct TopkBlock {
 #pragma unroll
         for (int r = 0; r < FR; ++r) mask |= static_cast<unsigned>(x[jj][r] >= bar) << (jj * FR + r);
       if (!__any_sync(0xffffffffu, mask != 0u)) continue;
-#if TUNELAB_SIM_FW_EMIT_REGS
-#pragma unroll
-      for (int jj = 0; jj < KC; ++jj)
-#pragma unroll
-        for (int r = 0; r < FR; ++r)
-          if ((mask >> (jj * FR + r)) & 1u) emit(x[jj][r], (j0 + jj) * FR + r);
-#else
       while (mask != 0u) {
         const int row = j0 * FR + lowest_set_bit(mask);
         mask &= mask - 1u;
         emit(lds(col + row), row);
       }
-#endif
     }
   }
   // Step 3 for column c: the keys at least `bar` (its staged bar) to the split's segment, after the column's count
