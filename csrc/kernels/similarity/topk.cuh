@@ -1755,29 +1755,9 @@ struct TopkBlock {
 
   // The diagnosis build's steps of the filter warps' first tile (thread 0's), in group 0's first-tile slots
   // (kTraceFirst0 + {0: the bounds and words are raised, 1: the keys are held and the tile released, 2: the bars
-  // are staged and the held keys appended}; the MMA warps' turns keep their own slots). The stamps wait in
-  // registers and go to the slots at the block's end (fw_trace_write()), so that no global store of the trace sits
-  // among the steps it times.
-  using FwStamps = unsigned long long[3][2];
-  __device__ __forceinline__ void fw_trace(int ftid, int step, FwStamps& st) const {
-#ifdef TUNELAB_SIM_TRACE
-    if (ftid == 0) {
-      st[step][0] = globaltimer_ns();
-      st[step][1] = static_cast<unsigned long long>(clock64());
-    }
-#else
-    (void)ftid, (void)step, (void)st;
-#endif
-  }
-  __device__ __forceinline__ void fw_trace_write(int ftid, const FwStamps& st) const {
-    if (kTrace && ftid == 0) {
-      unsigned long long* t = trace_slots();
-#pragma unroll
-      for (int i = 0; i < 3; ++i) {
-        t[kTraceFirst0 + i] = st[i][0];
-        t[kTraceSlots + kTraceFirst0 + i] = st[i][1];
-      }
-    }
+  // are staged and the held keys appended}; the MMA warps' turns keep their own slots).
+  __device__ __forceinline__ void fw_trace(int ftid, int step) const {
+    if (kTrace && ftid == 0) trace(kTraceFirst0 + step);
   }
   // The filter warps' side (warps kWarps + 1 .. kWarps + 3), for the block's ntiles tiles from tile_begin.
   __device__ __forceinline__ void filter_warps_run(int tile_begin, int ntiles) {
@@ -1790,7 +1770,6 @@ struct TopkBlock {
       sts(fw_count(c), 0);
     }
     filter_reset_global_bars(ftid, FT);
-    FwStamps stamps = {};  // (trace build)
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
@@ -1798,18 +1777,18 @@ struct TopkBlock {
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
           if (fw_live(c)) fw_first_bound(c);
-        fw_trace(ftid, 0, stamps);
+        fw_trace(ftid, 0);
 #pragma unroll 1
         for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT) fw_hold(c, tile, fw_live(c));  // (warp-uniform)
         mbar::arrive(fw_empty_bar(0));  // this thread's reads of the tile are done
-        fw_trace(ftid, 1, stamps);
+        fw_trace(ftid, 1);
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
           if (fw_live(c)) {
             fw_bar_take(c, words_issue(c));
             fw_release_held(c, tile);
           }
-        fw_trace(ftid, 2, stamps);
+        fw_trace(ftid, 2);
         continue;
       }
       const bool next = m + 1 < ntiles;
@@ -1820,7 +1799,6 @@ struct TopkBlock {
     }
     filter_write_counts(ftid, FT);  // (each column's count is its own thread's)
     if constexpr (kTrace) {
-      if (ntiles > 0) fw_trace_write(ftid, stamps);
       fw_sync();  // (the block's end: every filter thread's)
       if (ftid == 0) trace(kTraceDone);
     }
