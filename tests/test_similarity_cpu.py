@@ -1101,7 +1101,7 @@ def test_cpu_emulator_catches_a_missing_pingpong_order(tmp_path):
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU emulator needs a C++ compiler")
 def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
     """The emulator's 100-query scenario (run_emulator.WIDE_SCENARIOS) reaches MERGE=7's filter threads with two
-    query columns (BLOCK_Q = 104 over 96 filter threads, the 50K / 100 layout), which no other scenario does: with
+    query columns (BLOCK_Q = 104 over run_emulator.FILTER_THREADS = 96, the 50K / 100 layout), which no other scenario does: with
     the second columns' later tiles filtered by a bar above every key, the 50K / 100 filter-warp config loses answers
     there, while the unmodified kernel gives the reference's."""
     run_emulator = _run_emulator_module()
@@ -1110,10 +1110,11 @@ def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
                             "fw_append(c, tile, fw_live(c), next, fw_live(c) ? (c >= FT ? f32_inf() : lds(fw_bar(c))) "
                             ": 0.f);", "the filter warps' later-tile append")
     cfg = run_emulator.TOPK_CONFIGS[32]
-    assert cfg[9] == 7 and cfg[3] > 96, "config 32 is no longer the filter warps' 104-query config: update this test"
+    ft = run_emulator.FILTER_THREADS
+    assert cfg[9] == 7 and cfg[3] > ft, "config 32 is no longer a filter-warp config wider than its threads: update"
     (wide,) = run_emulator.WIDE_SCENARIOS
     nq, n, d16, k, splits, chunks, data, seed, late = run_emulator.TOPK_SCENARIOS[wide]
-    assert nq > 96
+    assert nq > ft
     args = [nq, n, run_emulator._d_for(cfg[0], cfg[8], max(d16, 328)), k, splits, chunks, data, seed, late]
     good = run_emulator._build("EMU_TOPK", cfg, tmp_path, "g++")
     ok, text_good = run_emulator._run(good, args)

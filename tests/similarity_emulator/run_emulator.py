@@ -17,6 +17,7 @@ import argparse
 import concurrent.futures as cf
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,13 +112,24 @@ TOPK_SCENARIOS = [
     (3, 17920, 40, 3, 280, 1, 0, 23, 1),    # 280 lists (64-row tiles): a second batch of list heads (merge_sorted.cuh)
     (3, 2500, 40, 10, 2, 1, 4, 24, 1),      # every key ties: queues overflow, the select kernel raises its bar
     (4, 5000, 72, 10, 2, 1, 2, 26, 1),      # every row passes: 2500 candidates a segment, the best appended last
-    # 100 queries (configs of BLOCK_Q > 96 only: WIDE_SCENARIOS), 21 tiles in 7 splits of 3 (10 asked): MERGE=7's
+    # 100 queries (configs of BLOCK_Q > FILTER_THREADS only), 21 tiles in 7 splits of 3 (10 asked): MERGE=7's
     # filter threads with two query columns, as at 50K / 100, their words and bars past the first tile
     (100, 2600, 40, 10, 10, 1, 1, 27, 1),
 ]
 QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20, 21, 24]
-#: scenarios run only for configs whose query tile passes 96 (BLOCK_Q > 96), where they cover what the others do not
+#: scenarios run only for configs whose query tile passes FILTER_THREADS, where they cover what the others do not
 WIDE_SCENARIOS = [24]
+#: MERGE=7's filter threads (32 * kFilterWarpCount of params.cuh): a query tile wider than this gives some of them two
+#: columns, which only the WIDE_SCENARIOS reach
+def _filter_threads() -> int:
+    found = re.search(r"constexpr int kFilterWarpCount = (\d+);", (KERNELS / "similarity" / "params.cuh").read_text())
+    if found is None:
+        raise RuntimeError("similarity/params.cuh no longer says 'constexpr int kFilterWarpCount = N;': update "
+                           "run_emulator.FILTER_THREADS to read MERGE=7's filter warps from where they are now")
+    return 32 * int(found.group(1))
+
+
+FILTER_THREADS = _filter_threads()
 
 # (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
 GRAM_CONFIGS = [
@@ -175,7 +187,7 @@ def _run(exe: Path, args: list, sched_seed: int = 0) -> tuple[bool, str]:
 
 def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tuple, list]]:
     """(define, traits, run args) for every run of the matrix (``only``: those TOPK_CONFIGS indices, no Gram); the
-    WIDE_SCENARIOS only for configs of BLOCK_Q > 96."""
+    WIDE_SCENARIOS only for configs of BLOCK_Q > FILTER_THREADS."""
     out = []
     scen_ids = QUICK_SCENARIOS if quick else range(len(TOPK_SCENARIOS))
     cfgs = [TOPK_CONFIGS[i] for i in QUICK_CONFIGS] if quick else TOPK_CONFIGS
@@ -183,7 +195,7 @@ def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tupl
         cfgs = [TOPK_CONFIGS[i] for i in only]
     for cfg in cfgs:
         for si in scen_ids:
-            if si in WIDE_SCENARIOS and cfg[3] <= 96:
+            if si in WIDE_SCENARIOS and cfg[3] <= FILTER_THREADS:
                 continue
             (nq, n, d16, k, splits, chunks, data, seed, late) = TOPK_SCENARIOS[si]
             if chunks == 0 and cfg[1] != 0:
