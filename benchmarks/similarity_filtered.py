@@ -17,7 +17,8 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
               warps-before, the MERGE=7 config so compiled, where there is a warps arm
   filtered-NAME     (with --variant NAME:MACRO=VALUE[,MACRO=VALUE...], repeatable) the same MERGE=6 config compiled
               with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh); and
-              warps-NAME, the MERGE=7 config with them, where there is a warps arm
+              fused-NAME, dense-NAME and warps-NAME, the fused, dense and MERGE=7 configs with them (warps-NAME where
+              there is a warps arm)
 
 Checks: the filtered searches' indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search
@@ -74,6 +75,8 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
         out["warps"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
     for name, defines in (defined or {}).items():
         with kernel_variant(defines=defines):
+            out[f"fused-{name}"] = Prepared(fused, q, c)
+            out[f"dense-{name}"] = Prepared(dense, q, c)
             out[f"filtered-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
             if warps:
                 out[f"warps-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
@@ -116,7 +119,8 @@ def main() -> int:
                     help="directory laid out as csrc/kernels with the headers of the 'filtered-before' and "
                          "'warps-before' arms")
     ap.add_argument("--variant", type=parse_variant, action="append", default=[], metavar="NAME:MACRO=VALUE,...",
-                    help="a 'filtered-NAME' arm compiled with these macros defined (repeatable)")
+                    help="'fused-NAME', 'dense-NAME', 'filtered-NAME' and 'warps-NAME' arms compiled with these "
+                         "macros defined (repeatable)")
     args = ap.parse_args()
     defined = dict(args.variant)
     import torch
@@ -136,7 +140,7 @@ def main() -> int:
             f()
         torch.cuda.synchronize()
         same = all(torch.equal(fns[a].indices, fns["dense"].indices) and torch.equal(fns[a].scores, fns["dense"].scores)
-                   for a in fns if a.startswith(("filtered", "warps")))
+                   for a in fns if a.startswith(("filtered", "warps", "dense-")))
         fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
@@ -154,7 +158,8 @@ def main() -> int:
                                                            "variants_defined": defined,
                                                            "rows": rows}, args.tag)
     print(f"wrote {path}")
-    arms = (("torch", "fused", "dense", "filtered") + (("filtered-before",) if args.before else ())
+    arms = (("torch", "fused") + tuple(f"fused-{name}" for name in defined) + ("dense",)
+            + tuple(f"dense-{name}" for name in defined) + ("filtered",) + (("filtered-before",) if args.before else ())
             + tuple(f"filtered-{name}" for name in defined) + ("warps",) + (("warps-before",) if args.before else ())
             + tuple(f"warps-{name}" for name in defined))
     print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")
