@@ -136,17 +136,11 @@ TUNELAB_SIM_HD constexpr bool topk_keeps_lists(int merge) { return merge <= 4; }
 // the MMA warps' fragment stores are conflict-free), per query column 4 words (the staged bar, the block's bound,
 // the block's count, the first tile's held keys), three mbarriers (the tile is full; the filter warps are done with
 // an even tile, with an odd one) in 32 bytes, then the first tile's held keys and rows, [BLOCK_Q][cap + 1] each
-// (kFilterHeld; the odd pitch: a thread per column, conflict-free), then, 16-byte aligned, the first tile's copies
-// of each column's global bar and first 16 tile-maximum words ([BLOCK_Q][kFilterWordCopy] words).
+// (kFilterHeld; the odd pitch: a thread per column, conflict-free).
 constexpr int kFilterHeld = 32;
-constexpr int kFilterWordCopy = 20;  // the 4 words from the global bar's, then words 0..15
 TUNELAB_SIM_HD constexpr int topk_filter_tile_pitch(int block_n) { return block_n + 4; }
-TUNELAB_SIM_HD constexpr int topk_filter_words_offset(int block_q, int block_n) {
-  return (block_q * topk_filter_tile_pitch(block_n) * 4 + block_q * 16 + 32 + block_q * (kFilterHeld + 1) * 8 + 15) /
-         16 * 16;
-}
 TUNELAB_SIM_HD constexpr int topk_filter_tile_bytes(int block_q, int block_n) {
-  return topk_filter_words_offset(block_q, block_n) + block_q * kFilterWordCopy * 4;
+  return block_q * topk_filter_tile_pitch(block_n) * 4 + block_q * 16 + 32 + block_q * (kFilterHeld + 1) * 8;
 }
 // MERGE=7: the producer warpgroup's warps 1..3 filter (named barrier 4 over them).
 constexpr int kFilterWarpCount = 3;
@@ -173,12 +167,6 @@ constexpr int kFilterTileWord0 = 4;
 // With ping-pong, a group's first tile waits for the launch's other first tiles' words (TopkBlock::filter_wait_words):
 // until this percent of them have raised theirs, or this many nanoseconds have passed (0: no wait), reading their
 // count every ~POLL_NS. Macros for an experiment (benchmarks/similarity_filtered.py --variant).
-// MERGE=7's first tile copies its columns' words from L2 to shared memory (cp.async) before it holds its keys, so
-// that the bars are there when the held keys are appended (topk.cuh fw_words_copy()); 0: the loads are issued after
-// the hold, as before (an experiment's switch: similarity_filtered.py --variant NAME:TUNELAB_SIM_FW_PREFETCH=0).
-#ifndef TUNELAB_SIM_FW_PREFETCH
-#define TUNELAB_SIM_FW_PREFETCH 1
-#endif
 #ifndef TUNELAB_SIM_FILTER_WAIT_NS
 #define TUNELAB_SIM_FILTER_WAIT_NS 4000
 #endif

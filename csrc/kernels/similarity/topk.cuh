@@ -1547,7 +1547,6 @@ struct TopkBlock {
   //      flight meanwhile), so that no filter waits for a load of L2.
   // At the end the counts go to the rows (as filter_write_counts()). The filtered select reads the rows, the global
   // bar and the words as after MERGE=6.
-  static constexpr bool kFwPrefetch = TUNELAB_SIM_FW_PREFETCH != 0;
   static constexpr int FP = topk_filter_tile_pitch(BN);
   static constexpr int FR = BN / 32;  // keys of a column per filter lane
   static constexpr int FT = 32 * kFilterWarpCount;
@@ -1741,40 +1740,6 @@ struct TopkBlock {
     if (live) sts(fw_held_n(c), over ? 0 : n);
     if (__any_sync(0xffffffffu, over)) fw_append(c, tile, live && over, false, bar);  // (warp-uniform)
   }
-  // The first tile's copies of column c's global bar (with the 3 words after it: one 16-byte copy) and words 0..15
-  // (params.cuh kFilterWordCopy), 16-byte aligned in shared memory after the held keys.
-  __device__ __forceinline__ unsigned* fw_word_copy(int c) const {
-    return reinterpret_cast<unsigned*>(smem + Tr::kScoreOffset + topk_filter_words_offset(BQ, BN)) +
-           c * kFilterWordCopy;
-  }
-  // Step 2's loads of L2, issued before the hold (TUNELAB_SIM_FW_PREFETCH): column c's global bar and words 0..15
-  // are copied to shared memory by cp.async (no registers held across the hold's scan; a thread with two columns
-  // has both in flight at once), so that the bars are staged without a wait once the keys are held. The copies
-  // read L2 (.cg) like words_issue()'s relaxed loads, a little earlier: any value a word has held bounds the answer
-  // (filter_bound_pass()), an older one is only looser. k > 16: words_bar() loads words 16..31 itself.
-  __device__ __forceinline__ void fw_words_copy(int c) const {
-    if (!global_bar_usable(c)) return;
-    unsigned* dst = fw_word_copy(c);
-    cp_async<16>(smem_u32(dst), global_bar(c), true);
-#pragma unroll
-    for (int i = 0; i < kWordLoads; ++i)
-      if (4 * i < p.k) cp_async<16>(smem_u32(dst + 4 + 4 * i), tile_max_word(c, 4 * i), true);
-  }
-  // Column c's bar from its copies (after cp_async_wait: this thread's own copies), as fw_bar_take().
-  __device__ __forceinline__ void fw_bar_take_copied(int c) const {
-    WordLoads l;
-    l.g = 0u;
-#pragma unroll
-    for (int i = 0; i < kWordLoads; ++i) l.v[i].x = l.v[i].y = l.v[i].z = l.v[i].w = ~0u;
-    if (global_bar_usable(c)) {
-      const unsigned* w = fw_word_copy(c);
-      l.g = w[0];
-#pragma unroll
-      for (int i = 0; i < kWordLoads; ++i)
-        if (4 * i < p.k) l.v[i] = *reinterpret_cast<const uint4*>(w + 4 + 4 * i);
-    }
-    fw_bar_take(c, l);
-  }
   // The first tile's held keys of column c that reach its staged bar (fw_bar_take()) to the split's segment.
   __device__ __forceinline__ void fw_release_held(int c, int tile) const {
     const float bar = lds(fw_bar(c));
@@ -1812,23 +1777,15 @@ struct TopkBlock {
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
           if (fw_live(c)) fw_first_bound(c);
-        if constexpr (kFwPrefetch) {
-#pragma unroll 1
-          for (int c = c0; c < BQ; c += FT)
-            if (fw_live(c)) fw_words_copy(c);
-          cp_async_commit();
-        }
         fw_trace(ftid, 0);
 #pragma unroll 1
         for (int c = c0; __any_sync(0xffffffffu, c < BQ); c += FT) fw_hold(c, tile, fw_live(c));  // (warp-uniform)
         mbar::arrive(fw_empty_bar(0));  // this thread's reads of the tile are done
         fw_trace(ftid, 1);
-        if constexpr (kFwPrefetch) cp_async_wait<0>();
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
           if (fw_live(c)) {
-            if constexpr (kFwPrefetch) fw_bar_take_copied(c);
-            else fw_bar_take(c, words_issue(c));
+            fw_bar_take(c, words_issue(c));
             fw_release_held(c, tile);
           }
         fw_trace(ftid, 2);

@@ -291,10 +291,8 @@ def smem_bytes_py(c: Mapping[str, Any], element_bytes: int, k: int, metric: str 
     if c["MERGE"] == 5:  # dense: the ring and the row norms only
         score, scratch, meta, lists = 0, 0, 0, 0
     elif c["MERGE"] == 7:  # filter warps: one score tile (pitch BLOCK_N + 4), 4 words a query column, 3 mbarriers,
-        # the first tile's held keys and rows (32 a column, pitch 33), then 16-byte aligned its copies of the words
-        # (20 a column)
-        held = bq * (c["BLOCK_N"] + 4) * 4 + bq * 16 + 32 + bq * 33 * 8
-        score, scratch, meta, lists = (held + 15) // 16 * 16 + bq * 20 * 4, 0, 0, 0
+        # the first tile's held keys and rows (32 a column, pitch 33)
+        score, scratch, meta, lists = bq * (c["BLOCK_N"] + 4) * 4 + bq * 16 + 32 + bq * 33 * 8, 0, 0, 0
     elif c["MERGE"] == 6:  # filtered: and per group and query column its holders' maxima, bound and count (+2 pad)
         holders = 8 * (warps // groups) // c["WARPS_Q"]
         score, scratch, meta, lists = groups * bq * (holders + 4) * 4, 0, 0, 0
