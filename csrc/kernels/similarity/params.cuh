@@ -167,16 +167,6 @@ constexpr int kFilterTileWord0 = 4;
 // With ping-pong, a group's first tile waits for the launch's other first tiles' words (TopkBlock::filter_wait_words):
 // until this percent of them have raised theirs, or this many nanoseconds have passed (0: no wait), reading their
 // count every ~POLL_NS. Macros for an experiment (benchmarks/similarity_filtered.py --variant).
-// A diagnosis switch: 1 keeps MERGE 6 and 7 off the global bars and words (no resets, raises or loads of them; every
-// tile filters by its block's own bounds), to see what their traffic to a few hot lines of L2 costs the stream.
-#ifndef TUNELAB_SIM_NO_GLOBAL_BARS
-#define TUNELAB_SIM_NO_GLOBAL_BARS 0
-#endif
-// A diagnosis switch: 1 has MERGE=7's filter warps hand each tile back unread (no candidates: the answer is wrong),
-// to time the MMA warps' dumps and the hand-over without the filter's work.
-#ifndef TUNELAB_SIM_FW_IDLE
-#define TUNELAB_SIM_FW_IDLE 0
-#endif
 #ifndef TUNELAB_SIM_FILTER_WAIT_NS
 #define TUNELAB_SIM_FILTER_WAIT_NS 4000
 #endif

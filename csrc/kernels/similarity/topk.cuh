@@ -1243,7 +1243,7 @@ struct TopkBlock {
   }
   __device__ __forceinline__ unsigned* tile_max_count() const { return global_bar(0) + 1; }
   __device__ __forceinline__ bool global_bar_usable(int c) const {
-    if (q0 + c >= p.nq || TUNELAB_SIM_NO_GLOBAL_BARS) return false;
+    if (q0 + c >= p.nq) return false;
     if constexpr (kTrace) {
       const long long timelines = static_cast<long long>(gridDim.x) * gridDim.y * 2 * kTraceSlots * 8;
       return reinterpret_cast<const unsigned char*>(global_bar(c)) -
@@ -1773,10 +1773,6 @@ struct TopkBlock {
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
-      if constexpr (TUNELAB_SIM_FW_IDLE != 0) {  // (diagnosis: the hand-over alone)
-        mbar::arrive(fw_empty_bar(m));
-        continue;
-      }
       if (m == 0) {  // (see fw_hold())
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
