@@ -167,15 +167,6 @@ constexpr int kFilterTileWord0 = 4;
 // With ping-pong, a group's first tile waits for the launch's other first tiles' words (TopkBlock::filter_wait_words):
 // until this percent of them have raised theirs, or this many nanoseconds have passed (0: no wait), reading their
 // count every ~POLL_NS. Macros for an experiment (benchmarks/similarity_filtered.py --variant).
-// A diagnosis switch (the answer is wrong with it): MERGE=7's filter warps hand every tile back unread and keep busy
-// beside the other group's second main loop for TUNELAB_SIM_FW_BUSY_CYCLES (topk.cuh fw_busy(): 1 FFMA, 2 shared
-// loads, 3 idle), to see which kind of work beside the wgmma loop slows it.
-#ifndef TUNELAB_SIM_FW_BUSY
-#define TUNELAB_SIM_FW_BUSY 0
-#endif
-#ifndef TUNELAB_SIM_FW_BUSY_CYCLES
-#define TUNELAB_SIM_FW_BUSY_CYCLES 29000
-#endif
 #ifndef TUNELAB_SIM_FILTER_WAIT_NS
 #define TUNELAB_SIM_FILTER_WAIT_NS 4000
 #endif

@@ -1759,37 +1759,6 @@ struct TopkBlock {
   __device__ __forceinline__ void fw_trace(int ftid, int step) const {
     if (kTrace && ftid == 0) trace(kTraceFirst0 + step);
   }
-#if TUNELAB_SIM_FW_BUSY != 0
-  // Diagnosis (TUNELAB_SIM_FW_BUSY, params.cuh): the filter warps keep busy for TUNELAB_SIM_FW_BUSY_CYCLES beside the
-  // other group's main loop, with 1 independent FFMA chains (the register file and FP32 pipe), 2 16-byte loads of
-  // the score tile (shared memory; the values are not used), 3 nothing (the hand-over alone).
-  __device__ __forceinline__ void fw_busy(int ftid) const {
-    if (TUNELAB_SIM_FW_BUSY == 3) return;
-    const long long t0 = clock64();
-    float a[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) a[i] = static_cast<float>(ftid + i);
-    const float* col = fw_tile() + (ftid % BQ) * FP;
-    while (clock64() - t0 < TUNELAB_SIM_FW_BUSY_CYCLES) {
-      if (TUNELAB_SIM_FW_BUSY == 1) {
-#pragma unroll
-        for (int r = 0; r < 16; ++r)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) a[i] = fmaf(a[i], 1.0001f, 0.5f);
-      } else {
-#pragma unroll
-        for (int j = 0; j < BN; j += 4) {
-          const float4 v = lds4(col + j);
-          a[(j / 4) % 8] = fmaxf(a[(j / 4) % 8], fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-        }
-      }
-    }
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum += a[i];
-    if (sum == 1234.5f) sts(fw_bar(0), sum);  // (keeps the work)
-  }
-#endif
   // The filter warps' side (warps kWarps + 1 .. kWarps + 3), for the block's ntiles tiles from tile_begin.
   __device__ __forceinline__ void filter_warps_run(int tile_begin, int ntiles) {
     const int ftid = tid - 32 * (Tr::kWarps + 1);
@@ -1804,11 +1773,6 @@ struct TopkBlock {
     for (int m = 0; m < ntiles; ++m) {
       const int tile = tile_begin + m;
       mbar::wait(fw_full_bar(), m & 1);
-#if TUNELAB_SIM_FW_BUSY != 0
-      mbar::arrive(fw_empty_bar(m));  // (diagnosis: every tile handed back unread; the first one's time kept busy)
-      if (m == 0) fw_busy(ftid);
-      continue;
-#endif
       if (m == 0) {  // (see fw_hold())
 #pragma unroll 1
         for (int c = c0; c < BQ; c += FT)
