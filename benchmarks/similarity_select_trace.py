@@ -34,11 +34,31 @@ from _common import draw_search_inputs, kernel_variant, warm_up_gpu, write_resul
 
 D, K = 768, 10
 SHAPES = [(1, 50_000), (100, 50_000), (1, 100_000)]
-# (the variant's search MERGE, its select's steps after the wait, stamps a block writes)
+
+
+def trace_stamps(header: str, name: str) -> int:
+    """The stamps a select's trace build writes per block: ``constexpr int NAME = N;`` in the installed kernel tree's
+    similarity/HEADER (so that this script decodes what the kernel writes)."""
+    import re
+
+    from tunelab.paths import kernels_dir
+
+    found = re.search(rf"constexpr int {name} = (\d+);", (kernels_dir() / "similarity" / header).read_text())
+    if found is None:
+        raise RuntimeError(f"similarity/{header} no longer says 'constexpr int {name} = N;': update "
+                           "similarity_select_trace.trace_stamps's callers to read the select's stamp count from "
+                           "where it is now")
+    return int(found.group(1))
+
+
+# (the variant's search MERGE, its select's steps after the wait, stamps a block writes: entry, the wait's return,
+# one a step, and for the filtered select a word of counters)
 VARIANTS = {
-    "dense": (5, ("step1_window_and_maxima", "step2_bar", "step3_queue", "step4_rank_and_write"), 6),
+    "dense": (5, ("step1_window_and_maxima", "step2_bar", "step3_queue", "step4_rank_and_write"),
+              trace_stamps("select.cuh", "kSelectTraceStamps")),
     "filtered": (6, ("step1_bar_words", "step2_first_loads_offered", "step2_later_loads_offered",
-                     "step2_kept_merged", "step3_written"), 8),
+                     "step2_kept_merged", "step3_written"),
+                 trace_stamps("select_filtered.cuh", "kFilterSelectTraceStamps")),
 }
 VARIANTS["warps"] = (7,) + VARIANTS["filtered"][1:]
 TRACE = {"TUNELAB_SIM_SELECT_TRACE": "1"}  # the select's diagnosis build
