@@ -41,6 +41,29 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=gpu_reason))
 
 
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """load_benchmark(NAME): benchmarks/NAME.py as a module, loaded with benchmarks/ on sys.path (the scripts import
+    their siblings, e.g. _common), for the tests of what a script computes on the CPU."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str):
+        sys.path.insert(0, str(bench))
+        try:
+            spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", bench / f"{name}.py")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        finally:
+            sys.path.remove(str(bench))
+        return mod
+
+    return load
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
     """Each test session gets its own cache dir, so tests neither read nor pollute the user's cache."""

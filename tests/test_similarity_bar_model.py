@@ -1,31 +1,14 @@
 """benchmarks/similarity_bar_model.py: the bar rules it counts keys for must be valid bars (k distinct keys reach
 each, so the answer stays exact) and relate as their definitions say."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
-
-def _model():
-    sys.path.insert(0, str(BENCH))  # the script imports _common
-    try:
-        spec = importlib.util.spec_from_file_location("similarity_bar_model", BENCH / "similarity_bar_model.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(BENCH))
-    return mod
-
-
-def test_first_tiles_follow_the_default_geometry():
+def test_first_tiles_follow_the_default_geometry(load_benchmark):
     """At 50K rows: 391 tiles of 128 in 131 splits of 3, two first tiles a split (the last split holds tiles 390 only:
     one), each of 128 rows but the corpus's last; a split of one tile has one first tile."""
     pytest.importorskip("torch")  # (tunelab.ops.similarity, the plan's config)
-    m = _model()
+    m = load_benchmark("similarity_bar_model")
     assert all(len(r) <= 128 for r in m.first_tile_rows(300)) and len(m.first_tile_rows(300)) == 3
     firsts = m.first_tile_rows(50_000)
     assert len(firsts) == 2 * 130 + 1
@@ -33,12 +16,12 @@ def test_first_tiles_follow_the_default_geometry():
     assert firsts[-1] == range(390 * 128, 50_000)
 
 
-def test_every_rule_is_a_valid_bar_and_they_order_as_defined():
+def test_every_rule_is_a_valid_bar_and_they_order_as_defined(load_benchmark):
     """Each bar has at least k keys at or above it (the true k-th key bounds it from above); the k-th largest of all
     first-tile keys is at least the k-th of their maxima, which is at least the smallest bucket word; the global bar
     of group bounds is a bound too."""
     pytest.importorskip("torch")
-    m = _model()
+    m = load_benchmark("similarity_bar_model")
     k = 10
     rng = np.random.default_rng(7)
     scores = rng.standard_normal((6, 9_000), dtype=np.float32)

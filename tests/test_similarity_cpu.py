@@ -1136,21 +1136,12 @@ def test_kernels_on_cpu_emulator_full(tmp_path):
     assert not failures, "\n\n".join(failures)
 
 
-def test_select_trace_decodes_the_stamps_the_selects_write():
+def test_select_trace_decodes_the_stamps_the_selects_write(load_benchmark):
     """benchmarks/similarity_select_trace.py reads each select's stamp count from the kernel headers it compiles
     (kSelectTraceStamps, kFilterSelectTraceStamps) and decodes entry, the wait's return and one stamp per step it
     names, and for the filtered select a last word of counters: a kernel that stamps one more step than the script
     names (or one fewer) fails here, on the CPU, instead of mislabelling a GPU run's phases."""
-    import importlib.util
-
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(bench))  # the script imports _common
-    try:
-        spec = importlib.util.spec_from_file_location("similarity_select_trace", bench / "similarity_select_trace.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(bench))
+    mod = load_benchmark("similarity_select_trace")
     merge, steps, stamps = mod.VARIANTS["dense"]
     assert (merge, stamps) == (5, len(steps) + 2)
     for name, want_merge in (("filtered", 6), ("warps", 7)):
