@@ -1101,9 +1101,9 @@ def test_cpu_emulator_catches_a_missing_pingpong_order(tmp_path):
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU emulator needs a C++ compiler")
 def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
     """The emulator's 100-query scenario (run_emulator.WIDE_SCENARIOS) reaches MERGE=7's filter threads with two
-    query columns (BLOCK_Q = 104 over run_emulator.FILTER_THREADS = 96, the 50K / 100 layout), which no other scenario does: with
-    the second columns' later tiles filtered by a bar above every key, the 50K / 100 filter-warp config loses answers
-    there, while the unmodified kernel gives the reference's."""
+    query columns (BLOCK_Q = 104 over run_emulator.FILTER_THREADS = 96, the 50K / 100 layout), which no other
+    scenario does: with the second columns' later tiles filtered by a bar above every key, the 50K / 100
+    filter-warp config loses answers there, while the unmodified kernel gives the reference's."""
     run_emulator = _run_emulator_module()
     kernels = _patched_topk(tmp_path, run_emulator,
                             "fw_append(c, tile, fw_live(c), next, fw_live(c) ? lds(fw_bar(c)) : 0.f);",
@@ -1113,9 +1113,8 @@ def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
     ft = run_emulator.FILTER_THREADS
     assert cfg[9] == 7 and cfg[3] > ft, "config 32 is no longer a filter-warp config wider than its threads: update"
     (wide,) = run_emulator.WIDE_SCENARIOS
-    nq, n, d16, k, splits, chunks, data, seed, late = run_emulator.TOPK_SCENARIOS[wide]
-    assert nq > ft
-    args = [nq, n, run_emulator._d_for(cfg[0], cfg[8], max(d16, 328)), k, splits, chunks, data, seed, late]
+    args = run_emulator.topk_run_args(cfg, wide)
+    assert args is not None and args[0] > ft
     good = run_emulator._build("EMU_TOPK", cfg, tmp_path, "g++")
     ok, text_good = run_emulator._run(good, args)
     assert ok, text_good

@@ -185,9 +185,32 @@ def _run(exe: Path, args: list, sched_seed: int = 0) -> tuple[bool, str]:
     return ok, "\n".join(lines[-4:]) if not ok else last
 
 
+def topk_run_args(cfg: tuple, si: int) -> list | None:
+    """The run arguments of TOPK_SCENARIOS[si] for the config ``cfg`` (its feature dim fitted to the config), or None
+    where the pair is not run: a WIDE_SCENARIOS entry for a config of BLOCK_Q <= FILTER_THREADS, the unfused ablation
+    (chunks 0) for a metric other than the inner product."""
+    if si in WIDE_SCENARIOS and cfg[3] <= FILTER_THREADS:
+        return None
+    (nq, n, d16, k, splits, chunks, data, seed, late) = TOPK_SCENARIOS[si]
+    if chunks == 0 and cfg[1] != 0:
+        return None  # the unfused ablation is inner product only
+    if len(cfg) > 12 and cfg[12] == 1:
+        # wgmma: several 64-element slices per tile (and a short last one), so that an MMA group is in
+        # flight across the barrier that precedes a stage's refill
+        d16 = max(d16, 136)
+    if len(cfg) > 12 and cfg[12] in (2, 3):
+        # a TMA producer: more slices per tile than stages (and a short last one), so that the ring wraps
+        # within a tile and a wait on the wrong phase of a stage reads a slice that is not there
+        d16 = max(d16, 328)
+    d = _d_for(cfg[0], cfg[8], d16)
+    if chunks == 0:
+        d = _d_for(cfg[0], 16, d16)  # its GEMM copies 16 bytes
+    return [nq, n, d, k, splits, chunks, data, seed, late]
+
+
 def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tuple, list]]:
     """(define, traits, run args) for every run of the matrix (``only``: those TOPK_CONFIGS indices, no Gram); the
-    WIDE_SCENARIOS only for configs of BLOCK_Q > FILTER_THREADS."""
+    pairs topk_run_args() skips are left out."""
     out = []
     scen_ids = QUICK_SCENARIOS if quick else range(len(TOPK_SCENARIOS))
     cfgs = [TOPK_CONFIGS[i] for i in QUICK_CONFIGS] if quick else TOPK_CONFIGS
@@ -195,23 +218,9 @@ def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tupl
         cfgs = [TOPK_CONFIGS[i] for i in only]
     for cfg in cfgs:
         for si in scen_ids:
-            if si in WIDE_SCENARIOS and cfg[3] <= FILTER_THREADS:
-                continue
-            (nq, n, d16, k, splits, chunks, data, seed, late) = TOPK_SCENARIOS[si]
-            if chunks == 0 and cfg[1] != 0:
-                continue  # the unfused ablation is inner product only
-            if len(cfg) > 12 and cfg[12] == 1:
-                # wgmma: several 64-element slices per tile (and a short last one), so that an MMA group is in
-                # flight across the barrier that precedes a stage's refill
-                d16 = max(d16, 136)
-            if len(cfg) > 12 and cfg[12] in (2, 3):
-                # a TMA producer: more slices per tile than stages (and a short last one), so that the ring wraps
-                # within a tile and a wait on the wrong phase of a stage reads a slice that is not there
-                d16 = max(d16, 328)
-            d = _d_for(cfg[0], cfg[8], d16)
-            if chunks == 0:
-                d = _d_for(cfg[0], 16, d16)  # its GEMM copies 16 bytes
-            out.append(("EMU_TOPK", cfg, [nq, n, d, k, splits, chunks, data, seed, late]))
+            args = topk_run_args(cfg, si)
+            if args is not None:
+                out.append(("EMU_TOPK", cfg, args))
     gcfgs = [] if only is not None else GRAM_CONFIGS[:3] if quick else GRAM_CONFIGS
     for cfg in gcfgs:
         for (n, dim, seed, late) in (GRAM_SCENARIOS[:1] if quick else GRAM_SCENARIOS):
