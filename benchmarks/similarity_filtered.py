@@ -17,8 +17,9 @@ For each shape (d = 768, k = 10, inner product) the script times, interleaved in
               warps-before, the MERGE=7 config so compiled, where there is a warps arm
   filtered-NAME     (with --variant NAME:MACRO=VALUE[,MACRO=VALUE...], repeatable) the same MERGE=6 config compiled
               with those macros defined, e.g. --variant nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 (params.cuh); and
-              fused-NAME, dense-NAME and warps-NAME, the fused, dense and MERGE=7 configs with them (warps-NAME where
-              there is a warps arm)
+              warps-NAME, the MERGE=7 config with them, where there is a warps arm. --variant-arms names the arms
+              so compiled (default filtered,warps; e.g. fused,dense,filtered,warps for a macro of a shared header,
+              so that no arm the macros cannot reach takes timing rounds)
 
 Checks: the filtered searches' indices and scores equal the dense search's (the same main loop, so the same keys,
 and the same tie rule: identical). Reported besides the times: the candidates per query the filtered search
@@ -56,30 +57,30 @@ QUICK_SHAPES = [(100, 50_000, "float16"), (1, 50_000, "float16"), (100, 50_000, 
 
 
 def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
-             defined: dict[str, dict[str, str]] | None = None) -> dict:
+             defined: dict[str, dict[str, str]] | None = None,
+             variant_arms: tuple[str, ...] = ("filtered", "warps")) -> dict:
+    """The arms of one shape (the module docstring's table): name -> Prepared. ``defined`` (--variant) compiles
+    the arms named in ``variant_arms`` (--variant-arms) again with its macros, as NAME-VARIANT."""
     from tunelab.ops import similarity as sim
     from tunelab.tuning.family import next_pow2
 
     fused = sim.default_config(nq, K, dtype, D)
     bucket = min(next_pow2(n), sim.DENSE_MAX_N)  # past the rule: its largest bucket's config
     dense = dict(sim.default_config(nq, K, dtype, D, n=bucket), MERGE=sim.MERGE_DENSE)
-    out = {"fused": Prepared(fused, q, c), "dense": Prepared(dense, q, c),
-           "filtered": Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)}
-    warps = sim.uses_tma(dense)
+    arms = {"fused": fused, "dense": dense, "filtered": dict(dense, MERGE=sim.MERGE_FILTERED)}
+    if sim.uses_tma(dense):
+        arms["warps"] = dict(dense, MERGE=sim.MERGE_FILTER_WARPS)
+    out = {name: Prepared(cfg, q, c) for name, cfg in arms.items()}
     if before is not None:
         with kernel_variant(headers=before):
-            out["filtered-before"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
-            if warps:
-                out["warps-before"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
-    if warps:
-        out["warps"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
-    for name, defines in (defined or {}).items():
+            for name in ("filtered", "warps"):
+                if name in arms:
+                    out[f"{name}-before"] = Prepared(arms[name], q, c)
+    for variant, defines in (defined or {}).items():
         with kernel_variant(defines=defines):
-            out[f"fused-{name}"] = Prepared(fused, q, c)
-            out[f"dense-{name}"] = Prepared(dense, q, c)
-            out[f"filtered-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTERED), q, c)
-            if warps:
-                out[f"warps-{name}"] = Prepared(dict(dense, MERGE=sim.MERGE_FILTER_WARPS), q, c)
+            for name in variant_arms:
+                if name in arms:
+                    out[f"{name}-{variant}"] = Prepared(arms[name], q, c)
     return out
 
 
@@ -97,6 +98,20 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
         raise argparse.ArgumentTypeError(
             f"--variant {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 "
             f"({exc})") from None
+
+
+ARMS = ("fused", "dense", "filtered", "warps")  # the arms a --variant may compile again
+
+
+def parse_arms(text: str) -> tuple[str, ...]:
+    """``ARM[,ARM...]`` (--variant-arms) -> the arms, each one of ARMS."""
+    arms = tuple(a.strip() for a in text.split(",") if a.strip())
+    bad = [a for a in arms if a not in ARMS]
+    if bad or not arms:
+        what = f"{', '.join(map(repr, bad))} is not one of them" if bad else "it names none"
+        raise argparse.ArgumentTypeError(f"--variant-arms {text!r}: expected a comma-separated list of arms from "
+                                         f"{', '.join(ARMS)}, e.g. dense,warps ({what})")
+    return arms
 
 
 def candidates(prep: Prepared) -> dict:
@@ -119,8 +134,9 @@ def main() -> int:
                     help="directory laid out as csrc/kernels with the headers of the 'filtered-before' and "
                          "'warps-before' arms")
     ap.add_argument("--variant", type=parse_variant, action="append", default=[], metavar="NAME:MACRO=VALUE,...",
-                    help="'fused-NAME', 'dense-NAME', 'filtered-NAME' and 'warps-NAME' arms compiled with these "
-                         "macros defined (repeatable)")
+                    help="the --variant-arms compiled again with these macros defined, as ARM-NAME (repeatable)")
+    ap.add_argument("--variant-arms", type=parse_arms, default=("filtered", "warps"), metavar="ARM,...",
+                    help=f"the arms each --variant compiles (of {', '.join(ARMS)}; default filtered,warps)")
     args = ap.parse_args()
     defined = dict(args.variant)
     import torch
@@ -131,7 +147,7 @@ def main() -> int:
     rows = []
     for nq, n, dtype in (QUICK_SHAPES if args.quick else SHAPES):
         q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=n + nq)
-        fns = variants(nq, n, dtype, q, c, args.before, defined)
+        fns = variants(nq, n, dtype, q, c, args.before, defined, args.variant_arms)
         cand = candidates(fns["filtered"])
         cand_before = candidates(fns["filtered-before"]) if args.before else None
         cand_variants = {name: candidates(fns[name]) for name in fns
@@ -156,6 +172,7 @@ def main() -> int:
     path = write_result("similarity_filtered", {"quick": args.quick, "sm_mhz_after_warmup": clock,
                                                            "before": str(args.before) if args.before else None,
                                                            "variants_defined": defined,
+                                                           "variant_arms": list(args.variant_arms),
                                                            "rows": rows}, args.tag)
     print(f"wrote {path}")
     arms = (("torch", "fused") + tuple(f"fused-{name}" for name in defined) + ("dense",)

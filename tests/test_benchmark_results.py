@@ -1,4 +1,5 @@
-"""The benchmark scripts' result files (benchmarks/_common.write_result): one naming rule for every --tag."""
+"""The benchmark scripts on the CPU: their result files (benchmarks/_common.write_result: one naming rule for
+every --tag) and their arguments."""
 import json
 
 import pytest
@@ -16,3 +17,16 @@ def test_write_result_joins_the_tag_by_one_underscore(tmp_path, monkeypatch, loa
     assert path == tmp_path / f"{name}.json" and [p.name for p in tmp_path.iterdir()] == [f"{name}.json"]
     doc = json.loads(path.read_text())
     assert doc["benchmark"] == name and doc["rows"] == [1] and "environment" in doc
+
+
+def test_similarity_filtered_variant_arms_are_checked(load_benchmark):
+    """similarity_filtered.py --variant-arms takes arms of the script's own (in the order given) and names a wrong
+    one, and the accepted arms, in its error."""
+    import argparse
+
+    script = load_benchmark("similarity_filtered")
+    assert script.parse_arms("dense, warps") == ("dense", "warps")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"fused, dense, filtered, warps.*'dens' is not one of them"):
+        script.parse_arms("dens,warps")
+    with pytest.raises(argparse.ArgumentTypeError, match="it names none"):
+        script.parse_arms(",")
