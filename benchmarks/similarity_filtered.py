@@ -27,7 +27,11 @@ appended (mean and largest; the select reads those), and at 50K / 100 the fused,
 kernels alone. Results: benchmarks/results/similarity_filtered<tag>.json
 (environment fingerprint inside); a short table last. About 3 minutes on an H100.
 
-    python3 benchmarks/similarity_filtered.py [--quick] [--tag h100] [--before DIR] [--variant NAME:M=V ...]
+    python3 benchmarks/similarity_filtered.py [--quick] [--shapes NQxNxDTYPE,...] [--tag h100] [--before DIR]
+                                              [--variant NAME:M=V ...]
+
+--shapes names the shapes instead (e.g. 100x50000xfloat16,32x25000xbfloat16; with --quick's fewer samples, a run
+that fits one device call); the kernels alone are timed only at 100 x 50K fp16, as always.
 
 The before directory of the global bars' A/B (results/similarity_filtered_h100_gbar.json):
 
@@ -114,6 +118,27 @@ def parse_arms(text: str) -> tuple[str, ...]:
     return arms
 
 
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, str]]:
+    """``NQxNxDTYPE[,NQxNxDTYPE...]`` (--shapes) -> [(nq, n, dtype)], in the order given."""
+    shapes = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        nq, _, rest = part.partition("x")
+        n, _, dtype = rest.partition("x")
+        if not (nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0 and dtype in DTYPES):
+            raise argparse.ArgumentTypeError(
+                f"--shapes {text!r}: {part!r} is not NQxNxDTYPE with positive integers NQ and N and DTYPE one of "
+                f"{', '.join(DTYPES)}, e.g. 100x50000xfloat16")
+        shapes.append((int(nq), int(n), dtype))
+    if not shapes:
+        raise argparse.ArgumentTypeError(f"--shapes {text!r}: names no shape; e.g. 100x50000xfloat16,32x50000xfloat16")
+    return shapes
+
+
 def candidates(prep: Prepared) -> dict:
     """Run the filtered search and read its counts: the candidates per query the select reads."""
     import torch
@@ -128,7 +153,9 @@ def candidates(prep: Prepared) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="three shapes, fewer samples")
+    ap.add_argument("--quick", action="store_true", help="fewer samples, and three shapes unless --shapes")
+    ap.add_argument("--shapes", type=parse_shapes, default=None, metavar="NQxNxDTYPE,...",
+                    help="these shapes instead of the full (or --quick) list")
     ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. h100)")
     ap.add_argument("--before", type=headers_dir(), default=None,
                     help="directory laid out as csrc/kernels with the headers of the 'filtered-before' and "
@@ -145,7 +172,7 @@ def main() -> int:
 
     clock = warm_up_gpu()
     rows = []
-    for nq, n, dtype in (QUICK_SHAPES if args.quick else SHAPES):
+    for nq, n, dtype in args.shapes or (QUICK_SHAPES if args.quick else SHAPES):
         q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=n + nq)
         fns = variants(nq, n, dtype, q, c, args.before, defined, args.variant_arms)
         cand = candidates(fns["filtered"])
@@ -169,11 +196,12 @@ def main() -> int:
         rows.append(row)
         del fns, q, c
         torch.cuda.empty_cache()
-    path = write_result("similarity_filtered", {"quick": args.quick, "sm_mhz_after_warmup": clock,
-                                                           "before": str(args.before) if args.before else None,
-                                                           "variants_defined": defined,
-                                                           "variant_arms": list(args.variant_arms),
-                                                           "rows": rows}, args.tag)
+    path = write_result("similarity_filtered", {"quick": args.quick, "shapes": args.shapes,
+                                                "sm_mhz_after_warmup": clock,
+                                                "before": str(args.before) if args.before else None,
+                                                "variants_defined": defined,
+                                                "variant_arms": list(args.variant_arms),
+                                                "rows": rows}, args.tag)
     print(f"wrote {path}")
     arms = (("torch", "fused") + tuple(f"fused-{name}" for name in defined) + ("dense",)
             + tuple(f"dense-{name}" for name in defined) + ("filtered",) + (("filtered-before",) if args.before else ())

@@ -30,3 +30,18 @@ def test_similarity_filtered_variant_arms_are_checked(load_benchmark):
         script.parse_arms("dens,warps")
     with pytest.raises(argparse.ArgumentTypeError, match="it names none"):
         script.parse_arms(",")
+
+
+def test_similarity_filtered_shapes_are_checked(load_benchmark):
+    """similarity_filtered.py --shapes reads NQxNxDTYPE lists in order and names a malformed entry with the form and
+    the accepted dtypes."""
+    import argparse
+
+    script = load_benchmark("similarity_filtered")
+    assert script.parse_shapes("100x50000xfloat16, 32x25000xbfloat16") == [(100, 50000, "float16"),
+                                                                           (32, 25000, "bfloat16")]
+    for bad in ("100x50000xfp16", "100x50000", "0x50000xfloat16", "ax5xfloat32"):
+        with pytest.raises(argparse.ArgumentTypeError, match=rf"{bad!r} is not NQxNxDTYPE.*float16, bfloat16, float32"):
+            script.parse_shapes(f"1x10xfloat32,{bad}")
+    with pytest.raises(argparse.ArgumentTypeError, match="names no shape"):
+        script.parse_shapes(" , ")
