@@ -64,6 +64,23 @@ class Prepared:
         self.merge(stream)
 
 
+def storeless(prep: Prepared, q, c):
+    """(nostores, select_k): prepared launches over ``prep``'s buffers of its config's diagnosis build, whose key
+    stores are compiled out (the search's stream without its 20 MB of keys at 50K / 100), and of the select kernel
+    launched as in the op's pair but over the first k keys of each row (a select with no work; what it reads are the
+    diagnosis build's stamps)."""
+    from tunelab.ops import similarity as sim
+
+    dev = q.device.index or 0
+    traced = sim.compile_search(prep.config, dtype=sim._dtype_name(q), metric="ip", arch=sim._arch(dev), trace=True)
+    nostores, _ = traced.prepare(dev, q, c, K, prep.ck, prep.ci, prep.scores, prep.indices, prep.plan)
+    grid, block, smem, pack, kind = traced.merge_args(prep.ck, None, q, K, 1, out_score=prep.scores,
+                                                      out_index=prep.indices, dense=(K, 0, prep.ck.stride(0)),
+                                                      kind=sim.MERGE_SELECT)
+    select_k = traced.merge_function(dev, kind).prepare(grid, block, smem, pack, programmatic=traced.programmatic_merge)
+    return nostores, select_k
+
+
 def variants(nq: int, n: int, q, c) -> dict:
     from tunelab.ops import similarity as sim
     from tunelab.tuning.family import next_pow2

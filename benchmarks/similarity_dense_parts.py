@@ -46,7 +46,7 @@ def main() -> int:
     from tunelab.ops import similarity as sim
     from tunelab.tuning.family import next_pow2
 
-    from similarity_dense import Prepared, time_all
+    from similarity_dense import Prepared, storeless, time_all
     from similarity_probe import block_timeline, print_timeline
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -58,28 +58,19 @@ def main() -> int:
         ap.error(f"--ns {args.ns}: the line needs at least two corpus sizes")
 
     clock = warm_up_gpu()
-    dev = torch.cuda.current_device()
     reader = corpus_reader()
     stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     dense_cfg = dict(sim.default_config(NQ, K, "float16", D, n=next_pow2(50_000)), MERGE=sim.MERGE_DENSE)
     fused_cfg = sim.default_config(NQ, K, "float16", D)
-    arch = sim._arch(dev)
 
     rows, trace = [], None
     for n in ns_list:
         q, c = draw_search_inputs(NQ, n, D, torch.float16, seed=1)
         read = reader(c)
         dense, fused = Prepared(dense_cfg, q, c), Prepared(fused_cfg, q, c)
-        # the diagnosis build of the same config, over the same buffers (its key stores are compiled out)
-        traced = sim.compile_search(dense.config, dtype="float16", metric="ip", arch=arch, trace=True)
-        nostores, _ = traced.prepare(dev, q, c, K, dense.ck, dense.ci, dense.scores, dense.indices, dense.plan)
-        grid, block, smem, pack, kind = traced.merge_args(dense.ck, None, q, K, 1, out_score=dense.scores,
-                                                          out_index=dense.indices, dense=(K, 0, dense.ck.stride(0)),
-                                                          kind=sim.MERGE_SELECT)
-        least = traced.merge_function(dev, kind).prepare(grid, block, smem, pack,
-                                                         programmatic=traced.programmatic_merge)
+        nostores, select_k = storeless(dense, q, c)  # the diagnosis build (key stores compiled out); a no-work select
         fns = {"read": lambda: read(stream()), "search": lambda: dense.search(stream()),
-               "nostores": lambda: nostores(stream()), "tail": lambda: (nostores(stream()), least(stream())),
+               "nostores": lambda: nostores(stream()), "tail": lambda: (nostores(stream()), select_k(stream())),
                "pair": dense, "fused": fused}
         samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0)  # a flush before every call
         # the pair's indices against the fused search's (the same keys and tie rule)

@@ -1,0 +1,115 @@
+"""What the second kernel after a search costs at 50K / 100 (fp16, d = 768, k = 10, inner product), whatever it does:
+the search, or a stand-in for it, followed by kernels that do almost nothing, on one GPU.
+
+Every arm is timed interleaved in rounds with the core's protocol (similarity_dense.time_all: an L2 flush by a
+memset before every call, CUDA events; no CUDA graphs):
+
+  read              a streaming read of the corpus (_common.corpus_reader): the floor of any search
+  read+nop          the read, then ``nop`` (one 32-thread block that writes one word), a plain launch
+  read+nop_pdl      the same nop as a programmatic launch (sm_90) that waits for the read (griddepcontrol.wait)
+  nostores          the dense default's diagnosis build (its key stores compiled out): the search's stream
+  nostores+nop      ... then the plain nop
+  nostores+nop_pdl  ... then the programmatic nop, launched as the op launches its select
+  nostores+nop_wide ... then a programmatic nop of the select's shape (nq blocks of 1024 threads)
+  nostores+select_k ... then the select kernel launched as in the pair, over the first k keys of each row (the
+                    keys it reads are the diagnosis build's stamps): a select with no work
+  search, pair      the dense default's search alone, and search then select (the op's pair)
+  warps, warps_pair MERGE=7's search alone, and search then its select (where the config has the TMA producer)
+  warps+nop_pdl     MERGE=7's search, then the programmatic nop
+
+So ``X+nop_pdl - X`` is what any second kernel costs past X, and ``pair - search`` against
+``nostores+select_k - nostores`` says how much of the select's time past the search is its work.
+
+Results: benchmarks/results/similarity_second_kernel[_TAG].json (environment fingerprint inside); a table last.
+About a minute on an H100.
+
+    python3 benchmarks/similarity_second_kernel.py [--rounds 7] [--tag h100]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+
+NQ, N, D, K = 100, 50_000, 768, 10
+
+NOP_SRC = r"""
+template <int WAIT>
+__global__ void nop(int* flag) {
+#if __CUDA_ARCH__ >= 900
+  if (WAIT) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  if (threadIdx.x == 0 && blockIdx.x == 0) flag[0] = 1;
+}
+"""
+
+
+def nop_launch(flag, *, blocks: int, threads: int, programmatic: bool):
+    """A prepared launch of NOP_SRC's kernel: ``blocks`` x ``threads``, waiting for the prior grid when
+    ``programmatic`` (and then launched as a programmatic dependent launch)."""
+    import tunelab
+
+    kern = tunelab.Kernel(NOP_SRC, "nop<{WAIT}>", launch=lambda cfg, f: (blocks, threads))
+    ck = kern.compile({"WAIT": int(programmatic)})
+    return ck.function().prepare((blocks, 1, 1), (threads, 1, 1), 0, ck.pack([flag]), programmatic=programmatic)
+
+
+def main() -> int:
+    import torch
+
+    from tunelab.ops import similarity as sim
+    from tunelab.tuning.family import next_pow2
+
+    from similarity_dense import Prepared, storeless, time_all
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (similarity_dense.time_all)")
+    ap.add_argument("--tag", default="", help="suffix of the result file's name (e.g. h100)")
+    args = ap.parse_args()
+
+    clock = warm_up_gpu()
+    stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
+    q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
+    dense_cfg = dict(sim.default_config(NQ, K, "float16", D, n=next_pow2(N)), MERGE=sim.MERGE_DENSE)
+    dense = Prepared(dense_cfg, q, c)
+    nostores, select_k = storeless(dense, q, c)
+    flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+    nop = nop_launch(flag, blocks=1, threads=32, programmatic=False)
+    nop_pdl = nop_launch(flag, blocks=1, threads=32, programmatic=True)
+    nop_wide = nop_launch(flag, blocks=NQ, threads=1024, programmatic=True)
+    read = corpus_reader()(c)
+
+    def then(first, second):
+        return lambda: (first(stream()), second(stream()))
+
+    fns = {"read": lambda: read(stream()), "read+nop": then(read, nop), "read+nop_pdl": then(read, nop_pdl),
+           "nostores": lambda: nostores(stream()), "nostores+nop": then(nostores, nop),
+           "nostores+nop_pdl": then(nostores, nop_pdl), "nostores+nop_wide": then(nostores, nop_wide),
+           "nostores+select_k": then(nostores, select_k), "search": lambda: dense.search(stream()), "pair": dense}
+    if sim.uses_tma(dense_cfg):
+        warps = Prepared(dict(dense_cfg, MERGE=sim.MERGE_FILTER_WARPS), q, c)
+        fns.update({"warps": lambda: warps.search(stream()), "warps_pair": warps,
+                    "warps+nop_pdl": then(warps.search, nop_pdl)})
+    samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0)
+    us = {k: summarize(v) for k, v in samples.items()}
+    med = {k: v["median"] for k, v in us.items()}
+    past = {f"{k} - {base}": med[k] - med[base] for k in med for base in ("read", "nostores", "search", "warps")
+            if k.startswith(base) and k != base and base in med}
+    past["pair - search"] = med["pair"] - med["search"]
+    path = write_result("similarity_second_kernel", {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16",
+                                                     "sm_mhz_after_warmup": clock, "dense_config": dense.config,
+                                                     "splits": dense.plan["splits"], "us": us,
+                                                     "median_differences_us": past}, args.tag)
+    print(f"wrote {path}")
+    for k, v in us.items():
+        print(f"{k:<20} {v['median']:7.1f} us  [{v['ci95'][0]:.1f}, {v['ci95'][1]:.1f}]")
+    for k, v in past.items():
+        print(f"{k:<32} {v:+6.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
