@@ -11,6 +11,9 @@ memset before every call, CUDA events; no CUDA graphs):
   nostores+nop      ... then the plain nop
   nostores+nop_pdl  ... then the programmatic nop, launched as the op launches its select
   nostores+nop_wide ... then a programmatic nop of the select's shape (nq blocks of 1024 threads)
+  nostores+nop_wide_smem  the same nop with the select's dynamic shared memory (allocated, unused)
+  nostores+nop_warp_smem  a programmatic nop of the filtered select's shape (nq blocks of 32 threads) and shared
+                    memory
   nostores+select_k ... then the select kernel launched as in the pair, over the first k keys of each row (the
                     keys it reads are the diagnosis build's stamps): a select with no work
   search, pair      the dense default's search alone, and search then select (the op's pair)
@@ -47,14 +50,15 @@ __global__ void nop(int* flag) {
 """
 
 
-def nop_launch(flag, *, blocks: int, threads: int, programmatic: bool):
-    """A prepared launch of NOP_SRC's kernel: ``blocks`` x ``threads``, waiting for the prior grid when
-    ``programmatic`` (and then launched as a programmatic dependent launch)."""
+def nop_launch(flag, *, blocks: int, threads: int, programmatic: bool, smem: int = 0):
+    """A prepared launch of NOP_SRC's kernel: ``blocks`` x ``threads`` with ``smem`` bytes of dynamic shared memory
+    (unused), waiting for the prior grid when ``programmatic`` (and then launched as a programmatic dependent
+    launch)."""
     import tunelab
 
     kern = tunelab.Kernel(NOP_SRC, "nop<{WAIT}>", launch=lambda cfg, f: (blocks, threads))
     ck = kern.compile({"WAIT": int(programmatic)})
-    return ck.function().prepare((blocks, 1, 1), (threads, 1, 1), 0, ck.pack([flag]), programmatic=programmatic)
+    return ck.function().prepare((blocks, 1, 1), (threads, 1, 1), smem, ck.pack([flag]), programmatic=programmatic)
 
 
 def main() -> int:
@@ -80,6 +84,12 @@ def main() -> int:
     nop = nop_launch(flag, blocks=1, threads=32, programmatic=False)
     nop_pdl = nop_launch(flag, blocks=1, threads=32, programmatic=True)
     nop_wide = nop_launch(flag, blocks=NQ, threads=1024, programmatic=True)
+    select_smem = int(sim._S.merge_smem_bytes(sim.MERGE_SELECT, K))
+    filter_smem = int(sim._S.merge_smem_bytes(sim.MERGE_FILTER_SELECT, K))
+    nop_wide_smem = nop_launch(flag, blocks=NQ, threads=int(sim._S.merge_threads(sim.MERGE_SELECT)),
+                               programmatic=True, smem=select_smem)
+    nop_warp_smem = nop_launch(flag, blocks=NQ, threads=int(sim._S.merge_threads(sim.MERGE_FILTER_SELECT)),
+                               programmatic=True, smem=filter_smem)
     read = corpus_reader()(c)
 
     def then(first, second):
@@ -88,6 +98,8 @@ def main() -> int:
     fns = {"read": lambda: read(stream()), "read+nop": then(read, nop), "read+nop_pdl": then(read, nop_pdl),
            "nostores": lambda: nostores(stream()), "nostores+nop": then(nostores, nop),
            "nostores+nop_pdl": then(nostores, nop_pdl), "nostores+nop_wide": then(nostores, nop_wide),
+           "nostores+nop_wide_smem": then(nostores, nop_wide_smem),
+           "nostores+nop_warp_smem": then(nostores, nop_warp_smem),
            "nostores+select_k": then(nostores, select_k), "search": lambda: dense.search(stream()), "pair": dense}
     if sim.uses_tma(dense_cfg):
         warps = Prepared(dict(dense_cfg, MERGE=sim.MERGE_FILTER_WARPS), q, c)
@@ -101,6 +113,8 @@ def main() -> int:
     past["pair - search"] = med["pair"] - med["search"]
     path = write_result("similarity_second_kernel", {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16",
                                                      "sm_mhz_after_warmup": clock, "dense_config": dense.config,
+                                                     "select_smem_bytes": select_smem,
+                                                     "filter_select_smem_bytes": filter_smem,
                                                      "splits": dense.plan["splits"], "us": us,
                                                      "median_differences_us": past}, args.tag)
     print(f"wrote {path}")
