@@ -20,6 +20,13 @@ memset before every call, CUDA events; no CUDA graphs):
   warps, warps_pair MERGE=7's search alone, and search then its select (where the config has the TMA producer)
   warps+nop_pdl     MERGE=7's search, then the programmatic nop
 
+and whether a select's time is its cold start (its instructions and the row's lines fetched after the flush and the
+stream) or its work:
+
+  nostores+select_k+select_k, pair+select, warps_pair+select   the pair, then its select once more (programmatic,
+                    reading what the first read): the second select's cost past the pair is a select with warm caches
+  select_k_hot, select_hot, warps_select_hot   the select alone, back to back without the flush (warm caches)
+
 So ``X+nop_pdl - X`` is what any second kernel costs past X, and ``pair - search`` against
 ``nostores+select_k - nostores`` says how much of the select's time past the search is its work.
 
@@ -92,25 +99,33 @@ def main() -> int:
                                programmatic=True, smem=filter_smem)
     read = corpus_reader()(c)
 
-    def then(first, second):
-        return lambda: (first(stream()), second(stream()))
+    def then(*launches):
+        return lambda: [launch(stream()) for launch in launches]
 
     fns = {"read": lambda: read(stream()), "read+nop": then(read, nop), "read+nop_pdl": then(read, nop_pdl),
            "nostores": lambda: nostores(stream()), "nostores+nop": then(nostores, nop),
            "nostores+nop_pdl": then(nostores, nop_pdl), "nostores+nop_wide": then(nostores, nop_wide),
            "nostores+nop_wide_smem": then(nostores, nop_wide_smem),
            "nostores+nop_warp_smem": then(nostores, nop_warp_smem),
-           "nostores+select_k": then(nostores, select_k), "search": lambda: dense.search(stream()), "pair": dense}
+           "nostores+select_k": then(nostores, select_k),
+           "nostores+select_k+select_k": then(nostores, select_k, select_k), "select_k_hot": then(select_k),
+           "search": lambda: dense.search(stream()), "pair": dense, "pair+select": then(dense.search, dense.merge,
+                                                                                         dense.merge),
+           "select_hot": then(dense.merge)}
     if sim.uses_tma(dense_cfg):
         warps = Prepared(dict(dense_cfg, MERGE=sim.MERGE_FILTER_WARPS), q, c)
         fns.update({"warps": lambda: warps.search(stream()), "warps_pair": warps,
-                    "warps+nop_pdl": then(warps.search, nop_pdl)})
-    samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0)
+                    "warps+nop_pdl": then(warps.search, nop_pdl),
+                    "warps_pair+select": then(warps.search, warps.merge, warps.merge),
+                    "warps_select_hot": then(warps.merge)})
+    hot = frozenset(k for k in fns if k.endswith("_hot"))
+    samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0, unflushed=hot)
     us = {k: summarize(v) for k, v in samples.items()}
     med = {k: v["median"] for k, v in us.items()}
-    past = {f"{k} - {base}": med[k] - med[base] for k in med for base in ("read", "nostores", "search", "warps")
-            if k.startswith(base) and k != base and base in med}
-    past["pair - search"] = med["pair"] - med["search"]
+    pairs = [(k, base) for base in ("read", "nostores", "warps") for k in med if k.startswith(base + "+")]
+    pairs += [("pair", "search"), ("nostores+select_k+select_k", "nostores+select_k"), ("pair+select", "pair"),
+              ("warps_pair", "warps"), ("warps_pair+select", "warps_pair")]
+    past = {f"{k} - {base}": med[k] - med[base] for k, base in pairs if k in med}
     path = write_result("similarity_second_kernel", {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16",
                                                      "sm_mhz_after_warmup": clock, "dense_config": dense.config,
                                                      "select_smem_bytes": select_smem,
