@@ -65,20 +65,13 @@ class Prepared:
 
 
 def storeless(prep: Prepared, q, c):
-    """(nostores, select_k): prepared launches over ``prep``'s buffers of its config's diagnosis build, whose key
-    stores are compiled out (the search's stream without its 20 MB of keys at 50K / 100), and of the select kernel
-    launched as in the op's pair but over the first k keys of each row (a select with no work; what it reads are the
-    diagnosis build's stamps)."""
+    """A prepared launch of ``prep``'s config's diagnosis build over its buffers: the key stores compiled out, so the
+    search's stream without its 20 MB of keys at 50K / 100 (the keys it leaves are its block timelines)."""
     from tunelab.ops import similarity as sim
 
     dev = q.device.index or 0
     traced = sim.compile_search(prep.config, dtype=sim._dtype_name(q), metric="ip", arch=sim._arch(dev), trace=True)
-    nostores, _ = traced.prepare(dev, q, c, K, prep.ck, prep.ci, prep.scores, prep.indices, prep.plan)
-    grid, block, smem, pack, kind = traced.merge_args(prep.ck, None, q, K, 1, out_score=prep.scores,
-                                                      out_index=prep.indices, dense=(K, 0, prep.ck.stride(0)),
-                                                      kind=sim.MERGE_SELECT)
-    select_k = traced.merge_function(dev, kind).prepare(grid, block, smem, pack, programmatic=traced.programmatic_merge)
-    return nostores, select_k
+    return traced.prepare(dev, q, c, K, prep.ck, prep.ci, prep.scores, prep.indices, prep.plan)[0]
 
 
 def variants(nq: int, n: int, q, c) -> dict:

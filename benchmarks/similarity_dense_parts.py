@@ -10,9 +10,6 @@ CUDA graphs, also where a variant takes under 20 us):
   nostores   the same config's diagnosis build (compile_search(trace=True)), whose key stores are compiled out: the
              main loop and the epilogue's arithmetic without the 20 MB of keys at 50K
   pair       search then select, as the op launches them (the select a programmatic launch on sm_90)
-  tail       nostores, then the select kernel launched as in the pair but over the first k keys of each row: the
-             stream, a second kernel's start, wait for the search and one round trip, with no top-k work at all, so
-             a floor for any search-then-select design (the keys it reads are the diagnosis build's stamps)
   fused      the fused default's search then merge (a running top-k per block, no key matrix)
 
 A least-squares line ``us = fixed + per_row * N`` over the N values splits each variant into a fixed cost (launch,
@@ -68,10 +65,9 @@ def main() -> int:
         q, c = draw_search_inputs(NQ, n, D, torch.float16, seed=1)
         read = reader(c)
         dense, fused = Prepared(dense_cfg, q, c), Prepared(fused_cfg, q, c)
-        nostores, select_k = storeless(dense, q, c)  # the diagnosis build (key stores compiled out); a no-work select
+        nostores = storeless(dense, q, c)  # the diagnosis build of the same config, its key stores compiled out
         fns = {"read": lambda: read(stream()), "search": lambda: dense.search(stream()),
-               "nostores": lambda: nostores(stream()), "tail": lambda: (nostores(stream()), select_k(stream())),
-               "pair": dense, "fused": fused}
+               "nostores": lambda: nostores(stream()), "pair": dense, "fused": fused}
         samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0)  # a flush before every call
         # the pair's indices against the fused search's (the same keys and tie rule)
         dense()
