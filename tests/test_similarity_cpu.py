@@ -1071,7 +1071,7 @@ def test_tma_pipeline_on_cpu_emulator_with_drifting_warps(tmp_path):
     barriers, swizzled TMA boxes) give the reference's answers on the emulator when its warps drift apart
     (--sched-seed), over the quick scenarios."""
     run_emulator = _run_emulator_module()
-    assert all(run_emulator.TOPK_CONFIGS[i][12] in (2, 3) for i in TMA_EMULATOR_CONFIGS)
+    assert all(run_emulator.TOPK_CONFIGS[i].mma in (2, 3) for i in TMA_EMULATOR_CONFIGS)
     for seed in (1, 2):
         failures = run_emulator.run_matrix(quick=True, build_dir=str(tmp_path), log=lambda *_: None,
                                            only=TMA_EMULATOR_CONFIGS, sched_seed=seed)
@@ -1111,7 +1111,7 @@ def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
                             ": 0.f);", "the filter warps' later-tile append")
     cfg = run_emulator.TOPK_CONFIGS[32]
     ft = run_emulator.FILTER_THREADS
-    assert cfg[9] == 7 and cfg[3] > ft, "config 32 is no longer a filter-warp config wider than its threads: update"
+    assert cfg.merge == 7 and cfg.block_q > ft, "config 32 is no longer a filter-warp config wider than its threads: update"
     (wide,) = run_emulator.WIDE_SCENARIOS
     args = run_emulator.topk_run_args(cfg, wide)
     assert args is not None and args[0] > ft

@@ -23,13 +23,61 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent.parent / "csrc" / "kernels"
 RUNTIME = HERE.parent / "emulator"  # runtime and shims shared with the attention emulator
 
-# (DTYPE, METRIC, BLOCK_N, BLOCK_Q, BLOCK_K, WARPS_N, WARPS_Q, STAGES, VEC, MERGE, EPI_ROWS, MIN_BLOCKS[, MMA])
-TOPK_CONFIGS = [
+
+
+class TopkConfig(NamedTuple):
+    """One kernel instance: TopkTraits' template parameters (csrc/kernels/similarity/topk.cuh), in their order."""
+    dtype: int  # 0 fp16, 1 bf16, 2 fp32
+    metric: int  # 0 ip, 1 cosine, 2 l2
+    block_n: int
+    block_q: int
+    block_k: int
+    warps_n: int
+    warps_q: int
+    stages: int
+    vec: int
+    merge: int
+    epi_rows: int
+    min_blocks: int
+    mma: int = 0  # 0 mma.sync, 1 wgmma, 2 and 3 a TMA producer (3: ping-pong), 4 FFMA
+
+
+class TopkScenario(NamedTuple):
+    """One run of a top-k binary: its command-line arguments (emu_similarity.cpp), d for 16-bit inputs."""
+    nq: int
+    n: int
+    d16: int
+    k: int
+    splits: int
+    chunks: int
+    data: int
+    seed: int
+    land_late: int
+
+
+class GramConfig(NamedTuple):
+    """One Gram kernel instance: GramTraits' template parameters (csrc/kernels/similarity/gram.cuh), in order."""
+    dtype: int  # 0 fp16, 1 bf16, 2 fp32, 3 complex64
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    vec: int
+    symmetric: int
+    mirror: int
+
+
+# TopkConfig fields in order: (DTYPE, METRIC, BLOCK_N, BLOCK_Q, BLOCK_K, WARPS_N, WARPS_Q, STAGES, VEC, MERGE,
+# EPI_ROWS, MIN_BLOCKS[, MMA])
+TOPK_CONFIGS = [TopkConfig(*c) for c in [
     (0, 0, 64, 16, 32, 2, 2, 3, 16, 0, 128, 1),     # fp16 ip, 64-byte rows
     (0, 1, 128, 24, 64, 4, 1, 2, 16, 1, 64, 2),     # fp16 cosine, odd n8 count (ldmatrix.x2), bitonic, 2 passes
     (1, 2, 64, 8, 128, 4, 1, 4, 8, 2, 128, 1),      # bf16 l2, one n8 column (nq = 1 layout), 256-byte rows, 8-byte copies
@@ -77,7 +125,7 @@ TOPK_CONFIGS = [
     (0, 0, 128, 104, 64, 8, 1, 4, 16, 7, 64, 1, 3),   # fp16 ip, ping-pong: the 50K / 100 candidate default
     (1, 2, 64, 40, 64, 4, 1, 3, 16, 7, 128, 1, 2),    # bf16 l2, MMA=2 with one MMA warpgroup, 2 keys a filter lane
     (0, 1, 192, 24, 64, 8, 1, 4, 16, 7, 64, 1, 3),    # fp16 cosine, ping-pong 192-row tiles, 6 keys a filter lane
-]
+]]
 #: run in the quick matrix (tests/test_similarity_cpu.py): the first four mma.sync configs, the first wgmma one,
 #: the first two thread-list ones, the per-thread bound selection, two dense ones, the cvt tf32 split (19: the
 #: Veltkamp split runs in 3), three filtered ones (the last: its per-thread bound selection, k up to 32) and the
@@ -85,8 +133,8 @@ TOPK_CONFIGS = [
 #: defaults at nq = 100 with and without a corpus size); two filter-warp configs (ping-pong and MMA=2)
 QUICK_CONFIGS = [0, 1, 2, 3, 8, 11, 12, 15, 16, 17, 19, 20, 21, 23, 24, 28, 29, 30, 32, 33]
 
-# (nq, n, d_by_dtype {2: d for 16-bit, 4: d for fp32}, k, splits, chunks, data, seed, land_late)
-TOPK_SCENARIOS = [
+# TopkScenario fields in order: (nq, n, d16, k, splits, chunks, data, seed, land_late)
+TOPK_SCENARIOS = [TopkScenario(*sc) for sc in [
     (20, 300, 40, 10, 3, 1, 0, 1, 1),
     (20, 300, 40, 10, 3, 1, 1, 2, 1),       # exact ties
     (7, 260, 72, 10, 2, 1, 2, 3, 1),        # increasing similarity: every row passes the filter
@@ -115,7 +163,7 @@ TOPK_SCENARIOS = [
     # 100 queries (configs of BLOCK_Q > FILTER_THREADS only), 21 tiles in 7 splits of 3 (10 asked): MERGE=7's
     # filter threads with two query columns, as at 50K / 100, their words and bars past the first tile
     (100, 2600, 40, 10, 10, 1, 1, 27, 1),
-]
+]]
 QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20, 21, 24]
 #: scenarios run only for configs whose query tile passes FILTER_THREADS, where they cover what the others do not
 WIDE_SCENARIOS = [24]
@@ -131,15 +179,15 @@ def _filter_threads() -> int:
 
 FILTER_THREADS = _filter_threads()
 
-# (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
-GRAM_CONFIGS = [
+# GramConfig fields in order: (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
+GRAM_CONFIGS = [GramConfig(*g) for g in [
     (0, 64, 64, 32, 2, 2, 3, 16, 0, 0),
     (0, 64, 64, 64, 2, 2, 2, 16, 1, 0),
     (2, 32, 32, 16, 2, 2, 3, 16, 1, 1),
     (3, 32, 32, 16, 1, 2, 3, 16, 1, 1),
     (3, 64, 32, 32, 2, 1, 2, 8, 0, 0),
     (1, 64, 64, 32, 4, 1, 2, 16, 1, 0),
-]
+]]
 GRAM_SCENARIOS = [(75, 40, 1, 1), (130, 24, 2, 0)]  # (n, dim, seed, land_late)
 
 
@@ -185,26 +233,26 @@ def _run(exe: Path, args: list, sched_seed: int = 0) -> tuple[bool, str]:
     return ok, "\n".join(lines[-4:]) if not ok else last
 
 
-def topk_run_args(cfg: tuple, si: int) -> list | None:
+def topk_run_args(cfg: TopkConfig, si: int) -> list | None:
     """The run arguments of TOPK_SCENARIOS[si] for the config ``cfg`` (its feature dim fitted to the config), or None
     where the pair is not run: a WIDE_SCENARIOS entry for a config of BLOCK_Q <= FILTER_THREADS, the unfused ablation
     (chunks 0) for a metric other than the inner product."""
-    if si in WIDE_SCENARIOS and cfg[3] <= FILTER_THREADS:
+    if si in WIDE_SCENARIOS and cfg.block_q <= FILTER_THREADS:
         return None
     (nq, n, d16, k, splits, chunks, data, seed, late) = TOPK_SCENARIOS[si]
-    if chunks == 0 and cfg[1] != 0:
+    if chunks == 0 and cfg.metric != 0:
         return None  # the unfused ablation is inner product only
-    if len(cfg) > 12 and cfg[12] == 1:
+    if cfg.mma == 1:
         # wgmma: several 64-element slices per tile (and a short last one), so that an MMA group is in
         # flight across the barrier that precedes a stage's refill
         d16 = max(d16, 136)
-    if len(cfg) > 12 and cfg[12] in (2, 3):
+    if cfg.mma in (2, 3):
         # a TMA producer: more slices per tile than stages (and a short last one), so that the ring wraps
         # within a tile and a wait on the wrong phase of a stage reads a slice that is not there
         d16 = max(d16, 328)
-    d = _d_for(cfg[0], cfg[8], d16)
+    d = _d_for(cfg.dtype, cfg.vec, d16)
     if chunks == 0:
-        d = _d_for(cfg[0], 16, d16)  # its GEMM copies 16 bytes
+        d = _d_for(cfg.dtype, 16, d16)  # its GEMM copies 16 bytes
     return [nq, n, d, k, splits, chunks, data, seed, late]
 
 
@@ -224,9 +272,9 @@ def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tupl
     gcfgs = [] if only is not None else GRAM_CONFIGS[:3] if quick else GRAM_CONFIGS
     for cfg in gcfgs:
         for (n, dim, seed, late) in (GRAM_SCENARIOS[:1] if quick else GRAM_SCENARIOS):
-            eb = 2 if cfg[0] in (0, 1) else 4
-            per = 2 if cfg[0] == 3 else 1
-            while (dim * per * eb) % cfg[7]:
+            eb = 2 if cfg.dtype in (0, 1) else 4
+            per = 2 if cfg.dtype == 3 else 1
+            while (dim * per * eb) % cfg.vec:
                 dim += 1
             out.append(("EMU_GRAM", cfg, [n, dim, seed, late]))
     return out
