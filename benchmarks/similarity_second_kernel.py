@@ -50,14 +50,18 @@ __global__ void nop(int* flag) {
 """
 
 
+def nop_kernel(blocks: int = 1, threads: int = 32):
+    """NOP_SRC's kernel (config {"WAIT": 0 or 1}), launched as ``blocks`` x ``threads``."""
+    import tunelab
+
+    return tunelab.Kernel(NOP_SRC, "nop<{WAIT}>", launch=lambda cfg, flag: (blocks, threads))
+
+
 def nop_launch(flag, *, blocks: int, threads: int, programmatic: bool, smem: int = 0):
     """A prepared launch of NOP_SRC's kernel: ``blocks`` x ``threads`` with ``smem`` bytes of dynamic shared memory
     (unused), waiting for the prior grid when ``programmatic`` (and then launched as a programmatic dependent
     launch)."""
-    import tunelab
-
-    kern = tunelab.Kernel(NOP_SRC, "nop<{WAIT}>", launch=lambda cfg, f: (blocks, threads))
-    ck = kern.compile({"WAIT": int(programmatic)})
+    ck = nop_kernel(blocks, threads).compile({"WAIT": int(programmatic)})
     return ck.function().prepare((blocks, 1, 1), (threads, 1, 1), smem, ck.pack([flag]), programmatic=programmatic)
 
 

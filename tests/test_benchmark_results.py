@@ -51,10 +51,7 @@ def test_second_kernel_nops_compile_for_hopper_and_ampere(load_benchmark):
     """similarity_second_kernel.py's nop compiles for sm_90 (where the programmatic form waits with
     griddepcontrol.wait) and for sm_80 (where the wait compiles to nothing), with and without the wait: a source
     error, or a wait that reaches sm_80's compile, fails NVRTC here rather than on the device."""
-    import tunelab
-
-    script = load_benchmark("similarity_second_kernel")
-    kern = tunelab.Kernel(script.NOP_SRC, "nop<{WAIT}>", launch=lambda cfg, flag: (1, 32))
+    kern = load_benchmark("similarity_second_kernel").nop_kernel()
     for arch in ("sm_90", "sm_80"):
         for wait in (0, 1):
             ck = kern.compile({"WAIT": wait}, arch=arch, use_cache=False)
