@@ -38,17 +38,10 @@ SHAPES = [(1, 50_000), (100, 50_000), (1, 100_000)]
 
 def trace_stamps(header: str, name: str) -> int:
     """The stamps a select's trace build writes per block: ``constexpr int NAME = N;`` in the installed kernel tree's
-    similarity/HEADER (so that this script decodes what the kernel writes)."""
-    import re
+    similarity/HEADER (so that this script decodes what the kernel writes; RuntimeError when it no longer says so)."""
+    from tunelab.paths import header_constant
 
-    from tunelab.paths import kernels_dir
-
-    found = re.search(rf"constexpr int {name} = (\d+);", (kernels_dir() / "similarity" / header).read_text())
-    if found is None:
-        raise RuntimeError(f"similarity/{header} no longer says 'constexpr int {name} = N;': update "
-                           "similarity_select_trace.trace_stamps's callers to read the select's stamp count from "
-                           "where it is now")
-    return int(found.group(1))
+    return header_constant(name, f"similarity/{header}")
 
 
 # (the variant's search MERGE, its select's steps after the wait, stamps a block writes: entry, the wait's return,

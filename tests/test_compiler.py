@@ -193,3 +193,18 @@ def test_static_shared_memory_is_reported(tmp_path):
                       ' __syncthreads(); x[1] = s[threadIdx.x ^ 1]; }', ["baz"], "sm_90", cache_dir=str(tmp_path))
     assert r.resources["baz"].static_smem_bytes == 4096
     assert r.resources["baz"].barriers == 1
+
+
+def test_header_constant_reads_a_kernel_constant_and_names_a_missing_one(tmp_path):
+    """tunelab.paths.header_constant reads ``constexpr int NAME = N;`` (indented or not, not a longer name that ends
+    in NAME) from a header of the given tree, and from the installed kernels by default (MERGE=7's filter warps);
+    a constant the header no longer declares is an error that names the header and the line it expected."""
+    from tunelab.paths import header_constant
+
+    (tmp_path / "fam").mkdir()
+    (tmp_path / "fam" / "k.cuh").write_text("constexpr int kMaxCount = 9;\n  constexpr int kCount = 3;\n")
+    assert header_constant("kCount", "fam/k.cuh", tmp_path) == 3
+    assert header_constant("kMaxCount", "fam/k.cuh", tmp_path) == 9
+    assert header_constant("kFilterWarpCount", "similarity/params.cuh") >= 1  # the installed tree by default
+    with pytest.raises(RuntimeError, match=r"fam/k.cuh no longer says 'constexpr int kGone = N;'"):
+        header_constant("kGone", "fam/k.cuh", tmp_path)

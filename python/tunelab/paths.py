@@ -46,6 +46,21 @@ def kernels_dir() -> Path:
         "(pip install .) so that tunelab/kernels is installed")
 
 
+def header_constant(name: str, header: str, root: Path | None = None) -> int:
+    """N of the line ``constexpr int NAME = N;`` in the kernel header ``root / header`` (``root`` defaults to
+    :func:`kernels_dir`; e.g. ``header_constant("kFilterWarpCount", "similarity/params.cuh")``), for a tool that must
+    agree with a kernel's constant instead of writing it again. Raises RuntimeError naming the header and the line it
+    expected when the header no longer says so (the constant moved or changed form: update the caller)."""
+    import re
+
+    path = Path(root if root is not None else kernels_dir()) / header
+    found = re.search(rf"^\s*constexpr int {re.escape(name)} = (\d+);", path.read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"{header} no longer says 'constexpr int {name} = N;' (read from {path}): update the "
+                           f"caller to read {name} from where it is now")
+    return int(found.group(1))
+
+
 def kernel_source_hash(*folders: str) -> str:
     """SHA-256 (16 hex digits) of every ``.cuh`` under the given folders of :func:`kernels_dir`
     (e.g. ``"attention", "common"``): what a tuned-config store entry is checked against for staleness."""

@@ -17,7 +17,6 @@ import argparse
 import concurrent.futures as cf
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -170,11 +169,9 @@ WIDE_SCENARIOS = [24]
 #: MERGE=7's filter threads (32 * kFilterWarpCount of params.cuh): a query tile wider than this gives some of them two
 #: columns, which only the WIDE_SCENARIOS reach
 def _filter_threads() -> int:
-    found = re.search(r"constexpr int kFilterWarpCount = (\d+);", (KERNELS / "similarity" / "params.cuh").read_text())
-    if found is None:
-        raise RuntimeError("similarity/params.cuh no longer says 'constexpr int kFilterWarpCount = N;': update "
-                           "run_emulator.FILTER_THREADS to read MERGE=7's filter warps from where they are now")
-    return 32 * int(found.group(1))
+    from tunelab.paths import header_constant  # (the kernel tree is this checkout's, KERNELS)
+
+    return 32 * header_constant("kFilterWarpCount", "similarity/params.cuh", KERNELS)
 
 
 FILTER_THREADS = _filter_threads()
