@@ -29,7 +29,6 @@ KERNELS = HERE.parent.parent / "csrc" / "kernels"
 RUNTIME = HERE.parent / "emulator"  # runtime and shims shared with the attention emulator
 
 
-
 class TopkConfig(NamedTuple):
     """One kernel instance: TopkTraits' template parameters (csrc/kernels/similarity/topk.cuh), in their order."""
     dtype: int  # 0 fp16, 1 bf16, 2 fp32
