@@ -1111,7 +1111,8 @@ def test_cpu_emulator_reaches_the_filter_warps_second_columns(tmp_path):
                             ": 0.f);", "the filter warps' later-tile append")
     cfg = run_emulator.TOPK_CONFIGS[32]
     ft = run_emulator.FILTER_THREADS
-    assert cfg.merge == 7 and cfg.block_q > ft, "config 32 is no longer a filter-warp config wider than its threads: update"
+    assert cfg.merge == 7 and cfg.block_q > ft, \
+        "config 32 is no longer a filter-warp config wider than its threads: update"
     (wide,) = run_emulator.WIDE_SCENARIOS
     args = run_emulator.topk_run_args(cfg, wide)
     assert args is not None and args[0] > ft
