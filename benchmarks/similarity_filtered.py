@@ -118,21 +118,21 @@ def parse_arms(text: str) -> tuple[str, ...]:
     return arms
 
 
-DTYPES = ("float16", "bfloat16", "float32")
-
-
 def parse_shapes(text: str) -> list[tuple[int, int, str]]:
-    """``NQxNxDTYPE[,NQxNxDTYPE...]`` (--shapes) -> [(nq, n, dtype)], in the order given."""
+    """``NQxNxDTYPE[,NQxNxDTYPE...]`` (--shapes) -> [(nq, n, dtype)], in the order given; DTYPE one the search takes
+    (tunelab.ops.similarity.DTYPE_CODES)."""
+    from tunelab.ops.similarity import DTYPE_CODES
+
     shapes = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         nq, _, rest = part.partition("x")
         n, _, dtype = rest.partition("x")
-        if not (nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0 and dtype in DTYPES):
+        if not (nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0 and dtype in DTYPE_CODES):
             raise argparse.ArgumentTypeError(
                 f"--shapes {text!r}: {part!r} is not NQxNxDTYPE with positive integers NQ and N and DTYPE one of "
-                f"{', '.join(DTYPES)}, e.g. 100x50000xfloat16")
+                f"{', '.join(DTYPE_CODES)}, e.g. 100x50000xfloat16")
         shapes.append((int(nq), int(n), dtype))
     if not shapes:
         raise argparse.ArgumentTypeError(f"--shapes {text!r}: names no shape; e.g. 100x50000xfloat16,32x50000xfloat16")
@@ -203,10 +203,9 @@ def main() -> int:
                                                 "variant_arms": list(args.variant_arms),
                                                 "rows": rows}, args.tag)
     print(f"wrote {path}")
-    arms = (("torch", "fused") + tuple(f"fused-{name}" for name in defined) + ("dense",)
-            + tuple(f"dense-{name}" for name in defined) + ("filtered",) + (("filtered-before",) if args.before else ())
-            + tuple(f"filtered-{name}" for name in defined) + ("warps",) + (("warps-before",) if args.before else ())
-            + tuple(f"warps-{name}" for name in defined))
+    # every arm by its base (ARMS' order), each followed by its before and variant builds
+    arms = ("torch",) + tuple(a for base in ARMS for a in (base, f"{base}-before", *(f"{base}-{v}" for v in defined))
+                              if any(a in r["variants"] for r in rows))
     print(f"{'nq':>4} {'N':>7} {'dtype':>8} {'cand':>7}  " + "  ".join(f"{k:>15}" for k in arms) + "  filt/dense")
     for r in rows:
         cells = []

@@ -50,18 +50,19 @@ __global__ void nop(int* flag) {
 """
 
 
-def nop_kernel(blocks: int = 1, threads: int = 32):
-    """NOP_SRC's kernel (config {"WAIT": 0 or 1}), launched as ``blocks`` x ``threads``."""
+def nop_kernel():
+    """NOP_SRC's kernel (config {"WAIT": 0 or 1}); its launch rule (one block of 32 threads) serves plain launches
+    only: nop_launch() gives the grid itself."""
     import tunelab
 
-    return tunelab.Kernel(NOP_SRC, "nop<{WAIT}>", launch=lambda cfg, flag: (blocks, threads))
+    return tunelab.Kernel(NOP_SRC, "nop<{WAIT}>", launch=lambda cfg, flag: (1, 32))
 
 
 def nop_launch(flag, *, blocks: int, threads: int, programmatic: bool, smem: int = 0):
     """A prepared launch of NOP_SRC's kernel: ``blocks`` x ``threads`` with ``smem`` bytes of dynamic shared memory
     (unused), waiting for the prior grid when ``programmatic`` (and then launched as a programmatic dependent
     launch)."""
-    ck = nop_kernel(blocks, threads).compile({"WAIT": int(programmatic)})
+    ck = nop_kernel().compile({"WAIT": int(programmatic)})
     return ck.function().prepare((blocks, 1, 1), (threads, 1, 1), smem, ck.pack([flag]), programmatic=programmatic)
 
 

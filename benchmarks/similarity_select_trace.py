@@ -32,26 +32,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import draw_search_inputs, kernel_variant, warm_up_gpu, write_result  # noqa: E402
 
+from tunelab.paths import header_constant  # noqa: E402
+
 D, K = 768, 10
 SHAPES = [(1, 50_000), (100, 50_000), (1, 100_000)]
-
-
-def trace_stamps(header: str, name: str) -> int:
-    """The stamps a select's trace build writes per block: ``constexpr int NAME = N;`` in the installed kernel tree's
-    similarity/HEADER (so that this script decodes what the kernel writes; RuntimeError when it no longer says so)."""
-    from tunelab.paths import header_constant
-
-    return header_constant(name, f"similarity/{header}")
-
-
 # (the variant's search MERGE, its select's steps after the wait, stamps a block writes: entry, the wait's return,
-# one a step, and for the filtered select a word of counters)
+# one a step, and for the filtered select a word of counters; the counts read from the installed kernel headers, so
+# that this script decodes what the kernel writes)
 VARIANTS = {
     "dense": (5, ("step1_window_and_maxima", "step2_bar", "step3_queue", "step4_rank_and_write"),
-              trace_stamps("select.cuh", "kSelectTraceStamps")),
+              header_constant("kSelectTraceStamps", "similarity/select.cuh")),
     "filtered": (6, ("step1_bar_words", "step2_first_loads_offered", "step2_later_loads_offered",
                      "step2_kept_merged", "step3_written"),
-                 trace_stamps("select_filtered.cuh", "kFilterSelectTraceStamps")),
+                 header_constant("kFilterSelectTraceStamps", "similarity/select_filtered.cuh")),
 }
 VARIANTS["warps"] = (7,) + VARIANTS["filtered"][1:]
 TRACE = {"TUNELAB_SIM_SELECT_TRACE": "1"}  # the select's diagnosis build

@@ -9,7 +9,8 @@ saw no shared-memory race, no premature read of cp.async data and no out-of-boun
 producer, MMA 2 and 3, synchronize by mbarriers and named barriers, which the race detector does not order: their
 runs report races=unchecked and check the rest). --sched-seed N (EMU_SCHED_SEED in a binary's environment) lets
 warps drift apart (tests/emulator/emu_runtime.cpp), so that an order a kernel only assumes shows up. Used by
-tests/test_similarity_cpu.py (a quick subset) and by hand after kernel changes (the full matrix).
+tests/test_similarity_cpu.py (a quick subset) and by hand after kernel changes (the full matrix); needs g++ and the
+tunelab package installed (tunelab.paths reads the kernels' constants, tunelab.kernel the --define syntax).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
+
+from tunelab.paths import header_constant
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent.parent / "csrc" / "kernels"
@@ -167,13 +170,7 @@ QUICK_SCENARIOS = [0, 1, 2, 4, 6, 9, 12, 14, 16, 19, 20, 21, 24]
 WIDE_SCENARIOS = [24]
 #: MERGE=7's filter threads (32 * kFilterWarpCount of params.cuh): a query tile wider than this gives some of them two
 #: columns, which only the WIDE_SCENARIOS reach
-def _filter_threads() -> int:
-    from tunelab.paths import header_constant  # (the kernel tree is this checkout's, KERNELS)
-
-    return 32 * header_constant("kFilterWarpCount", "similarity/params.cuh", KERNELS)
-
-
-FILTER_THREADS = _filter_threads()
+FILTER_THREADS = 32 * header_constant("kFilterWarpCount", "similarity/params.cuh", KERNELS)  # this checkout's tree
 
 # GramConfig fields in order: (DTYPE, TILE_M, TILE_N, TILE_K, WARPS_M, WARPS_N, STAGES, VEC, SYMMETRIC, MIRROR)
 GRAM_CONFIGS = [GramConfig(*g) for g in [
