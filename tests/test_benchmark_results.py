@@ -47,6 +47,18 @@ def test_similarity_filtered_shapes_are_checked(load_benchmark):
         script.parse_shapes(" , ")
 
 
+def test_key_stores_variants_are_checked(load_benchmark):
+    """similarity_key_stores.py --variants runs plain first (the reference) and each named variant once, and names an
+    unknown one, and the accepted names, in its error."""
+    import argparse
+
+    script = load_benchmark("similarity_key_stores")
+    assert script.parse_variants("cs, evict_first,cs") == ["plain", "cs", "evict_first"]
+    assert script.parse_variants("cg,plain") == ["plain", "cg"]
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'key16' unknown; choose from plain, evict_last, cs"):
+        script.parse_variants("cs,key16")
+
+
 def test_second_kernel_nops_compile_for_hopper_and_ampere(load_benchmark):
     """similarity_second_kernel.py's nop compiles for sm_90 (where the programmatic form waits with
     griddepcontrol.wait) and for sm_80 (where the wait compiles to nothing), with and without the wait: a source

@@ -61,15 +61,11 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // for an experiment (benchmarks/similarity_key_stores.py compiles each): 0 plain st.global (the build), 1 an
 // evict_last cache hint, 2 st.global.cs, 3 an evict_first cache hint, 4 st.global.cg. On an H100 none moved the
 // 50K / 100 search by more than 1%, and 2 and 3 slowed the search + select pair by 6% (the select by 3.2-3.4 us:
-// the keys left L2 first): results/similarity_key_stores_h100.json. 5 (an experiment on the bytes, not the policy):
-// each key's top 16 bits as a u16 at the same element index of a u16 matrix (half the bytes; the select kernel cannot
-// read it: the script times a select over rows of half the length in its place). 6 (an experiment on the number of
-// store transactions): each group's keys staged in shared memory, then one bulk copy per query column (TopkTraits::
-// kDenseStageBytes; the launcher does not count that region: the script adds it to the launch). 7 (an experiment on
-// sectors): 5's u16 keys, two rows a 32-bit word after two shuffles, so that each 32-byte sector a warp store writes
-// is full (half the sectors of the fp32 keys; 5 writes as many sectors as the fp32 keys, each half full). 8 and 9
-// (experiments on what the stores cost): every key compared with a value it never equals, the stores in the code but
-// none run (8); one store per thread and tile (9).
+// the keys left L2 first): results/similarity_key_stores_h100.json. What the stores cost beyond their policy, on the
+// H200 at 50K / 100 (83d9989, whose kernel held these as variants 5-9; results/similarity_key_stores_what_h200.json):
+// the search 33.9 us, 26.9 without stores; 16-bit keys 33.3 (half the bytes), packed two rows a word 33.0 (half the
+// sectors), staged in shared memory and bulk-copied a column at a time 35.7, compared but never stored 28.6, one store
+// a thread and tile 27.3. Not the bytes, sectors or form, then; the README has the rest.
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif
@@ -94,15 +90,6 @@ __device__ __forceinline__ void store_key(float* a, float v, unsigned long long 
   *a = v;
 #endif
 }
-
-// TUNELAB_SIM_KEY_STORE == 6 (an experiment): the keys staged in shared memory, copied out by bulk copies
-// (cp.async.bulk, a bulk group per issuing thread).
-__device__ __forceinline__ void bulk_store(float* g, unsigned s, int bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(g), "r"(s), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // MERGE=6's global bars (TopkBlock::filter_stage_bars): a query's bar as one 32-bit word in global memory (encoded
 // by topk.cuh's ordered_bits()) that every block raises by an atomic max and reads back. The load and the reset are

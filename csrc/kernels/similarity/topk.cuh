@@ -513,18 +513,9 @@ struct TopkTraits {
   // per tile group; MERGE=6: the filter region instead, per column its holders' maxima, its bound and (group 0's)
   // the block's count (topk_filter_pitch())
   // MERGE=7: one score tile for the block (topk_filter_tile_bytes()), the filter warps' words and mbarriers
-  // MERGE=5 with TUNELAB_SIM_KEY_STORE == 6 (an experiment, ptx.cuh): each group's keys staged as [BLOCK_Q][BLOCK_N + 4]
-  // floats, then copied out a column's run at a time (bulk copies); else no region
-#if TUNELAB_SIM_KEY_STORE == 6
-  static constexpr int kDenseStagePitch = kBlockN + 4;  // = 4 mod 32: conflict-free fragment stores
-  static constexpr int kDenseStageBytes = kBlockQ * kDenseStagePitch * 4;
-#else
-  static constexpr int kDenseStagePitch = 0;
-  static constexpr int kDenseStageBytes = 0;
-#endif
   static constexpr int kScoreBytes = kFilterWarps ? topk_filter_tile_bytes(kBlockQ, kBlockN)
                                      : kFiltered  ? kBlockQ * kFilterPitch * 4
-                                     : kDense     ? kDenseStageBytes
+                                     : kDense     ? 0
                                                   : kBlockQ * kScorePitch * 4;
   static constexpr int kScoreRegions = kFilterWarps ? 1 : kGroups;
   static constexpr int kScratchOffset = kScoreOffset + kScoreRegions * kScoreBytes;
@@ -1203,88 +1194,6 @@ struct TopkBlock {
     const RowTerms rt = row_terms(tile);
     const unsigned long long pol = key_store_policy();
     float* base = p.cand_key + static_cast<long long>(tile) * BN;
-#if TUNELAB_SIM_KEY_STORE == 8 || TUNELAB_SIM_KEY_STORE == 9
-    // 8: every key compared with a value it never equals at run time (the stores stay in the code, none runs);
-    // 9: one store per thread and tile (the largest of its keys, to its own word of the matrix)
-    (void)pol;
-    const float never = -1e30f - static_cast<float>(p.k);  // (opaque to the compiler)
-    float most = -f32_inf();
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-        float* dst = base + static_cast<long long>(q0 + col) * p.dense_ld;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float key = key_raw(mma, rt, mt, nt, h, e);
-            most = fmaxf(most, key);
-            if (TUNELAB_SIM_KEY_STORE == 8 && !kTrace && rt.valid[mt][h] && key == never)
-              store_key(dst + row_of(mt, h, g), key, pol);
-          }
-      }
-    if (TUNELAB_SIM_KEY_STORE == 9 && !kTrace && q0 + query_col(0, 0, t) < p.nq)
-      base[static_cast<long long>(q0 + query_col(0, 0, t)) * p.dense_ld + row_of(0, 0, g)] = most;
-    return;
-#endif
-#if TUNELAB_SIM_KEY_STORE == 7
-    // each key's top 16 bits, two rows a 32-bit word: lane (g, t) holds rows g and g + 8 of its 16-row block and
-    // stores rows 2g and 2g + 1 (two shuffles), so a warp's store fills four 32-byte sectors with 16 rows of 4 columns
-    // (half the sectors of the fp32 keys; variant 5's u16 layout)
-    (void)pol;
-    unsigned* base32 = reinterpret_cast<unsigned*>(p.cand_key);
-    const int src_a = ((2 * g) & 7) * 4 + t, src_b = src_a + 4;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-        const long long qrow = static_cast<long long>(q0 + col) * p.dense_ld + static_cast<long long>(tile) * BN;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const unsigned packed = (__float_as_uint(key_raw(mma, rt, mt, nt, 0, e)) >> 16) |
-                                  (__float_as_uint(key_raw(mma, rt, mt, nt, 1, e)) & 0xffff0000u);
-          const unsigned wa = __shfl_sync(0xffffffffu, packed, src_a), wb = __shfl_sync(0xffffffffu, packed, src_b);
-          const unsigned word = g < 4 ? (wa & 0xffffu) | (wb << 16) : (wa >> 16) | (wb & 0xffff0000u);
-          const int row = row_base + mt * Tr::kMtStride + 2 * g;  // (tile row of the word's first key)
-          if (!kTrace && q0 + col < p.nq && tile * BN + row < p.n) base32[(qrow + row) >> 1] = word;
-        }
-      }
-    return;
-#endif
-#if TUNELAB_SIM_KEY_STORE == 6
-    // the staging tile: the group's previous copies have read it (their issuing lanes wait), then every thread's keys
-    // go in at [column][row], and the group's first warp copies each column's run of rows out (512 bytes at BN = 128)
-    (void)pol;
-    if (gtid < 32) bulk_wait_read0();
-    block_sync();
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (!kTrace && rt.valid[mt][h])
-              sts(scores + col * Tr::kDenseStagePitch + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e));
-      }
-    wg::fence_proxy_async();  // the staged keys are visible to the bulk copies (the async proxy)
-    block_sync();
-    if (gtid < 32) {
-      const long long left = static_cast<long long>(p.dense_ld) - static_cast<long long>(tile) * BN;
-      const int rows = left < BN ? static_cast<int>(left) : BN;  // (a multiple of 4: 16-byte runs)
-      if (!kTrace && rows > 0)
-        for (int c = gtid; c < BQ && q0 + c < p.nq; c += 32)
-          bulk_store(base + static_cast<long long>(q0 + c) * p.dense_ld, smem_u32(scores + c * Tr::kDenseStagePitch),
-                     rows * 4);
-      bulk_commit();
-    }
-    return;
-#endif
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -1296,13 +1205,7 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-#if TUNELAB_SIM_KEY_STORE == 5
-            if (!kTrace && rt.valid[mt][h])
-              reinterpret_cast<unsigned short*>(p.cand_key)[dst - p.cand_key + row_of(mt, h, g)] =
-                  static_cast<unsigned short>(__float_as_uint(key_raw(mma, rt, mt, nt, h, e)) >> 16);
-#else
             if (!kTrace && rt.valid[mt][h]) store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
-#endif
       }
     }
   }
@@ -2305,9 +2208,6 @@ struct TopkBlock {
         for (int kc = 0; kc < KT; ++kc, ++it) {
           const int s = it % Tr::kStages;
           mbar::wait(full_bar(s), (it / Tr::kStages) & 1);
-#if TUNELAB_SIM_ZERO_LATE
-          if (kc == 0) mma.zero();  // (experiment: the accumulators cleared once the next tile's slice is in)
-#endif
           wgmma_slice(mma, stage_addr(s), la);
           wg::wait<1>();
           wg::fence_operands(mma.acc);
@@ -2322,9 +2222,7 @@ struct TopkBlock {
         trace_turn_event(1);
         epilogue(mma, tile, turn == 0);
         trace_turn_event(3);
-#if !TUNELAB_SIM_ZERO_LATE
         mma.zero();
-#endif
       }
     } else if constexpr (Tr::kWgmma) {
       // Tiles, then slices: the epilogue follows an unconditional wait for every MMA group, outside the slice
@@ -2385,9 +2283,6 @@ struct TopkBlock {
       filter_write_counts(tid, Tr::kThreads);
     }
     if constexpr (Tr::kNoLists) {  // the keys are written; nothing else is (MERGE=7: the filter warps' end is done)
-#if TUNELAB_SIM_KEY_STORE == 6
-      if (Tr::kDense && gtid < 32) bulk_wait_all();  // this lane's copies of the keys are complete
-#endif
       if (tid == 0 && !Tr::kFilterWarps) trace(kTraceDone);
       return;
     }
@@ -2420,7 +2315,7 @@ struct TopkBlock {
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kLaunchThreads, Tr::kMinBlocks) similarity_topk(const __grid_constant__ SearchParams p) {
-#if defined(TUNELAB_EXPECTED_SMEM) && TUNELAB_SIM_KEY_STORE != 6  // (6: the experiment's staging region, ptx.cuh)
+#ifdef TUNELAB_EXPECTED_SMEM
   static_assert(Tr::kStaticSmemBytes == TUNELAB_EXPECTED_SMEM,
                 "launcher smem formula disagrees with the kernel's own layout (TopkTraits::kStaticSmemBytes)");
 #endif
