@@ -13,6 +13,7 @@ the dense default with TUNELAB_SIM_KEY_STORE (kernels/similarity/ptx.cuh, store_
   half         (experiment) only the keys of rows g of each 16-row block: half the stores, four full sectors each (10)
   shfl         (experiment) a shuffle per key instead of its store (as many memory-pipe instructions), folded into
                one store per thread and tile (11)
+  same         (experiment) every store, each to the thread's own one word: the stores' count, not their footprint (12)
                (the experiments: the search alone, their matrices are not the keys)
 
 and times, interleaved with the core's protocol (memset flush, CUDA events; similarity_dense.time_all), the
@@ -38,8 +39,9 @@ from _common import (corpus_reader, draw_search_inputs, kernel_variant, speedup,
                      write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
-VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4, "never": 8, "half": 10, "shfl": 11}
-SEARCH_ONLY = ("never", "half", "shfl")  # (experiments: their matrices are not the keys, so no pair and no check)
+VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4, "never": 8, "half": 10, "shfl": 11,
+            "same": 12}
+SEARCH_ONLY = ("never", "half", "shfl", "same")  # (experiments: their matrices are not the keys, so no pair and no check)
 
 
 def parse_variants(text: str) -> list[str]:

@@ -1198,7 +1198,7 @@ struct TopkBlock {
     // experiments on what the stores cost (the search alone; the matrix is not the keys): 8 every key compared with a
     // value it never equals (the stores in the code, none run); 10 only the keys of rows g (h = 0): half the stores,
     // each still four full sectors; 11 a shuffle per key (as many memory-pipe instructions as the stores, no store)
-    // folded into one store per thread and tile
+    // folded into one store per thread and tile; 12 every store, each to the thread's own one word (a tiny footprint)
     const float never = -1e30f - static_cast<float>(p.k);  // (opaque to the compiler)
     float most = -f32_inf();
 #pragma unroll
@@ -1216,6 +1216,8 @@ struct TopkBlock {
             if (TUNELAB_SIM_KEY_STORE == 8 && mine && key == never) store_key(dst + row_of(mt, h, g), key, pol);
             if (TUNELAB_SIM_KEY_STORE == 10 && mine && h == 0) store_key(dst + row_of(mt, h, g), key, pol);
             if (TUNELAB_SIM_KEY_STORE == 11) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, key, (nt + mt + h) & 31));
+            if (TUNELAB_SIM_KEY_STORE == 12 && mine)  // every store of the thread to one word of its own
+              store_key(base + static_cast<long long>(q0 + query_col(0, 0, t)) * p.dense_ld + row_of(0, 0, g), key, pol);
           }
       }
     if (TUNELAB_SIM_KEY_STORE == 11 && !kTrace && q0 + query_col(0, 0, t) < p.nq)
