@@ -9,12 +9,6 @@ the dense default with TUNELAB_SIM_KEY_STORE (kernels/similarity/ptx.cuh, store_
   cs           st.global.cs (2): streaming
   evict_first  an evict_first policy (3)
   cg           st.global.cg (4)
-  never        (experiment) every key compared with a value it never equals: the stores in the code, none run (8)
-  half         (experiment) only the keys of rows g of each 16-row block: half the stores, four full sectors each (10)
-  shfl         (experiment) a shuffle per key instead of its store (as many memory-pipe instructions), folded into
-               one store per thread and tile (11)
-  same         (experiment) every store, each to the thread's own one word: the stores' count, not their footprint (12)
-               (the experiments: the search alone, their matrices are not the keys)
 
 and times, interleaved with the core's protocol (memset flush, CUDA events; similarity_dense.time_all), the
 search alone and the search + select pair; plus the read-only kernel, the search with its stores compiled out
@@ -25,8 +19,9 @@ benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 
 What the stores cost beyond their policy (16-bit keys, packed 16-bit keys, bulk copies from shared memory, no store
 run, one store a tile, the accumulators cleared late) was measured with this script at 83d9989, whose kernel held
-those variants (TUNELAB_SIM_KEY_STORE 5-9, TUNELAB_SIM_ZERO_LATE); ptx.cuh keeps the figures
-(results/similarity_key_stores_what_h200.json and its neighbours).
+those variants (TUNELAB_SIM_KEY_STORE 5-9, TUNELAB_SIM_ZERO_LATE), and half the stores, a shuffle in place of each
+store and every store to one word at f548531 (8, 10-12); ptx.cuh keeps the figures
+(results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json and their neighbours).
 """
 from __future__ import annotations
 
@@ -39,9 +34,7 @@ from _common import (corpus_reader, draw_search_inputs, kernel_variant, speedup,
                      write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
-VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4, "never": 8, "half": 10, "shfl": 11,
-            "same": 12}
-SEARCH_ONLY = ("never", "half", "shfl", "same")  # (experiments: their matrices are not the keys, so no pair and no check)
+VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
 
 
 def parse_variants(text: str) -> list[str]:
@@ -80,22 +73,20 @@ def main() -> int:
     for p in preps.values():
         p()
     torch.cuda.synchronize()
-    keys = {k: p for k, p in preps.items() if k not in SEARCH_ONLY}
-    agree = {k: bool(torch.equal(p.indices, preps["plain"].indices)) for k, p in keys.items()}
-    agree_scores = {k: bool(torch.equal(p.scores, preps["plain"].scores)) for k, p in keys.items()}
+    agree = {k: bool(torch.equal(p.indices, preps["plain"].indices)) for k, p in preps.items()}
+    agree_scores = {k: bool(torch.equal(p.scores, preps["plain"].scores)) for k, p in preps.items()}
     read = corpus_reader()(c)
     stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     bare = storeless(preps["plain"], q, c)
     fns = {"read": lambda: read(stream()), "storeless": lambda: bare(stream()), "torch": torch_topk(q, c, K, "ip")}
     for name, p in preps.items():
         fns[f"{name}/search"] = p.search
-        if name not in SEARCH_ONLY:
-            fns[f"{name}/pair"] = p
+        fns[f"{name}/pair"] = p
     samples, _ = time_all(fns, budget_s=args.budget_s, rounds=args.rounds, graph_below_us=0)
     rows = {k: summarize(v) for k, v in samples.items()}
     speed = {}
     for name in preps:
-        for part in ("search", "pair")[: 1 if name in SEARCH_ONLY else 2]:
+        for part in ("search", "pair"):
             speed[f"{name}/{part}"] = speedup(samples[f"plain/{part}"], samples[f"{name}/{part}"])
     path = write_result("similarity_key_stores",
                         {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "config": preps["plain"].config,
@@ -106,13 +97,10 @@ def main() -> int:
     print(f"read {rows['read']['median']:.1f} us, the search without its stores {rows['storeless']['median']:.1f} us, "
           f"torch {rows['torch']['median']:.1f} us")
     for name in preps:
-        s = rows[f"{name}/search"]
-        line = f"{name:>12}: search {s['median']:6.1f} us ({speed[f'{name}/search']['estimate']:.3f}x)"
-        if name not in SEARCH_ONLY:
-            pr = rows[f"{name}/pair"]
-            line += f", pair {pr['median']:6.1f} us ({speed[f'{name}/pair']['estimate']:.3f}x)"
-            line += "" if agree[name] and agree_scores[name] else "  DIFFER"
-        print(line)
+        s, pr = rows[f"{name}/search"], rows[f"{name}/pair"]
+        same = agree[name] and agree_scores[name]
+        print(f"{name:>12}: search {s['median']:6.1f} us ({speed[f'{name}/search']['estimate']:.3f}x), pair "
+              f"{pr['median']:6.1f} us ({speed[f'{name}/pair']['estimate']:.3f}x){'' if same else '  DIFFER'}")
     return 0
 
 

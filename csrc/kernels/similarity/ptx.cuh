@@ -65,7 +65,10 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // H200 at 50K / 100 (83d9989, whose kernel held these as variants 5-9; results/similarity_key_stores_what_h200.json):
 // the search 33.9 us, 26.9 without stores; 16-bit keys 33.3 (half the bytes), packed two rows a word 33.0 (half the
 // sectors), staged in shared memory and bulk-copied a column at a time 35.7, compared but never stored 28.6, one store
-// a thread and tile 27.3. Not the bytes, sectors or form, then; the README has the rest.
+// a thread and tile 27.3. At f548531 (variants 8 and 10-12; results/similarity_key_stores_mio_h200.json, _same_h200
+// .json): half the stores 33.2 and 33.0, every store to the thread's own one word 33.4, a shuffle per key instead of
+// its store 27.5. Not the bytes, sectors, footprint or count of the stores, then, nor the memory-pipe instructions;
+// ncu's warp samples spread the extra time over the same mbarrier waits as without stores (the README has the rest).
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif

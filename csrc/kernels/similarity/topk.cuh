@@ -1194,36 +1194,6 @@ struct TopkBlock {
     const RowTerms rt = row_terms(tile);
     const unsigned long long pol = key_store_policy();
     float* base = p.cand_key + static_cast<long long>(tile) * BN;
-#if TUNELAB_SIM_KEY_STORE >= 8
-    // experiments on what the stores cost (the search alone; the matrix is not the keys): 8 every key compared with a
-    // value it never equals (the stores in the code, none run); 10 only the keys of rows g (h = 0): half the stores,
-    // each still four full sectors; 11 a shuffle per key (as many memory-pipe instructions as the stores, no store)
-    // folded into one store per thread and tile; 12 every store, each to the thread's own one word (a tiny footprint)
-    const float never = -1e30f - static_cast<float>(p.k);  // (opaque to the compiler)
-    float most = -f32_inf();
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-        float* dst = base + static_cast<long long>(q0 + col) * p.dense_ld;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float key = key_raw(mma, rt, mt, nt, h, e);
-            const bool mine = !kTrace && q0 + col < p.nq && rt.valid[mt][h];
-            if (TUNELAB_SIM_KEY_STORE == 8 && mine && key == never) store_key(dst + row_of(mt, h, g), key, pol);
-            if (TUNELAB_SIM_KEY_STORE == 10 && mine && h == 0) store_key(dst + row_of(mt, h, g), key, pol);
-            if (TUNELAB_SIM_KEY_STORE == 11) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, key, (nt + mt + h) & 31));
-            if (TUNELAB_SIM_KEY_STORE == 12 && mine)  // every store of the thread to one word of its own
-              store_key(base + static_cast<long long>(q0 + query_col(0, 0, t)) * p.dense_ld + row_of(0, 0, g), key, pol);
-          }
-      }
-    if (TUNELAB_SIM_KEY_STORE == 11 && !kTrace && q0 + query_col(0, 0, t) < p.nq)
-      base[static_cast<long long>(q0 + query_col(0, 0, t)) * p.dense_ld + row_of(0, 0, g)] = most;
-    return;
-#endif
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
