@@ -9,6 +9,8 @@ the dense default with TUNELAB_SIM_KEY_STORE (kernels/similarity/ptx.cuh, store_
   cs           st.global.cs (2): streaming
   evict_first  an evict_first policy (3)
   cg           st.global.cg (4)
+  scale_d0     plain, but the accumulators are not cleared after the epilogue's stores read them: each tile's first
+               MMAs overwrite them (scale-d 0; TUNELAB_SIM_SCALE_D0=1, an experiment in topk.cuh)
 
 and times, interleaved with the core's protocol (memset flush, CUDA events; similarity_dense.time_all), the
 search alone and the search + select pair; plus the read-only kernel, the search with its stores compiled out
@@ -34,7 +36,8 @@ from _common import (corpus_reader, draw_search_inputs, kernel_variant, speedup,
                      write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
-VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
+VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4, "scale_d0": 0}
+MORE_DEFINES = {"scale_d0": {"TUNELAB_SIM_SCALE_D0": "1"}}  # (an experiment's macro, topk.cuh)
 
 
 def parse_variants(text: str) -> list[str]:
@@ -68,7 +71,7 @@ def main() -> int:
     cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
     preps = {}
     for name in chosen:
-        with kernel_variant(defines={"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])}):
+        with kernel_variant(defines={"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name]), **MORE_DEFINES.get(name, {})}):
             preps[name] = Prepared(cfg, q, c)
     for p in preps.values():
         p()
