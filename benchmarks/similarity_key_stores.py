@@ -9,8 +9,6 @@ the dense default with TUNELAB_SIM_KEY_STORE (kernels/similarity/ptx.cuh, store_
   cs           st.global.cs (2): streaming
   evict_first  an evict_first policy (3)
   cg           st.global.cg (4)
-  scale_d0     plain, but the accumulators are not cleared after the epilogue's stores read them: each tile's first
-               MMAs overwrite them (scale-d 0; TUNELAB_SIM_SCALE_D0=1, an experiment in topk.cuh)
 
 and times, interleaved with the core's protocol (memset flush, CUDA events; similarity_dense.time_all), the
 search alone and the search + select pair; plus the read-only kernel, the search with its stores compiled out
@@ -22,8 +20,10 @@ benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 What the stores cost beyond their policy (16-bit keys, packed 16-bit keys, bulk copies from shared memory, no store
 run, one store a tile, the accumulators cleared late) was measured with this script at 83d9989, whose kernel held
 those variants (TUNELAB_SIM_KEY_STORE 5-9, TUNELAB_SIM_ZERO_LATE), and half the stores, a shuffle in place of each
-store and every store to one word at f548531 (8, 10-12); ptx.cuh keeps the figures
-(results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json and their neighbours).
+store and every store to one word at f548531 (8, 10-12), and the accumulators overwritten by each tile's first MMAs
+instead of cleared at 6d95941 (TUNELAB_SIM_SCALE_D0); ptx.cuh keeps the figures
+(results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json, _scale_d0_h200.json and their
+neighbours).
 """
 from __future__ import annotations
 
@@ -36,8 +36,7 @@ from _common import (corpus_reader, draw_search_inputs, kernel_variant, speedup,
                      write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
-VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4, "scale_d0": 0}
-MORE_DEFINES = {"scale_d0": {"TUNELAB_SIM_SCALE_D0": "1"}}  # (an experiment's macro, topk.cuh)
+VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
 
 
 def parse_variants(text: str) -> list[str]:
@@ -71,7 +70,7 @@ def main() -> int:
     cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
     preps = {}
     for name in chosen:
-        with kernel_variant(defines={"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name]), **MORE_DEFINES.get(name, {})}):
+        with kernel_variant(defines={"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])}):
             preps[name] = Prepared(cfg, q, c)
     for p in preps.values():
         p()

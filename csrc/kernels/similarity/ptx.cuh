@@ -68,7 +68,10 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // a thread and tile 27.3. At f548531 (variants 8 and 10-12; results/similarity_key_stores_mio_h200.json, _same_h200
 // .json): half the stores 33.2 and 33.0, every store to the thread's own one word 33.4, a shuffle per key instead of
 // its store 27.5. Not the bytes, sectors, footprint or count of the stores, then, nor the memory-pipe instructions;
-// ncu's warp samples spread the extra time over the same mbarrier waits as without stores (the README has the rest).
+// ncu's warp samples spread the extra time over the same mbarrier waits as without stores. Nor a hazard on the
+// accumulators the stores read: each tile's first MMAs overwriting them (scale-d 0, 6d95941's TUNELAB_SIM_SCALE_D0)
+// instead of mma.zero() took 33.9 against 33.4 (results/similarity_key_stores_scale_d0_h200.json). The README has
+// the rest.
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif

@@ -1952,9 +1952,6 @@ struct TopkBlock {
 
   // Issues the wgmma group of one slice (stage at a_tile: the corpus rows, then the query rows) and, for cosine /
   // l2, accumulates the rows' squared norms from the same stage while the MMAs run.
-  // FIRST (TUNELAB_SIM_SCALE_D0, an experiment): the tile's first slice, whose first MMAs overwrite the accumulators
-  // (scale-d 0) instead of adding to the zeros mma.zero() wrote after the last epilogue.
-  template <bool FIRST = false>
   __device__ __forceinline__ void wgmma_slice(Mma& mma, unsigned a_tile, const LdsmLaneAddr<L, 1>& la) {
     const unsigned b_tile = a_tile + Tr::kATileBytes;
     // this warpgroup's m64 blocks: rows wg_row0 + mt * 64 of the A tile, 128 bytes per row
@@ -1967,13 +1964,8 @@ struct TopkBlock {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const unsigned long long da = wg::desc_k_sw128(a_wg + static_cast<unsigned>(mt * 64 * 128) + 32u * ks);
-        if (FIRST && ks == 0) {
-          if constexpr (Tr::kDtype == kF16) wg::wgmma_m64k16_f16<0>(mma.acc[mt], da, db);
-          else wg::wgmma_m64k16_bf16<0>(mma.acc[mt], da, db);
-        } else {
-          if constexpr (Tr::kDtype == kF16) wg::wgmma_m64k16_f16(mma.acc[mt], da, db);
-          else wg::wgmma_m64k16_bf16(mma.acc[mt], da, db);
-        }
+        if constexpr (Tr::kDtype == kF16) wg::wgmma_m64k16_f16(mma.acc[mt], da, db);
+        else wg::wgmma_m64k16_bf16(mma.acc[mt], da, db);
       }
     }
     wg::commit();
@@ -2216,12 +2208,7 @@ struct TopkBlock {
         for (int kc = 0; kc < KT; ++kc, ++it) {
           const int s = it % Tr::kStages;
           mbar::wait(full_bar(s), (it / Tr::kStages) & 1);
-#if TUNELAB_SIM_SCALE_D0
-          if (kc == 0) wgmma_slice<true>(mma, stage_addr(s), la);
-          else wgmma_slice(mma, stage_addr(s), la);
-#else
           wgmma_slice(mma, stage_addr(s), la);
-#endif
           wg::wait<1>();
           wg::fence_operands(mma.acc);
           if (kc > 0) release((it - 1) % Tr::kStages);
@@ -2235,11 +2222,7 @@ struct TopkBlock {
         trace_turn_event(1);
         epilogue(mma, tile, turn == 0);
         trace_turn_event(3);
-#if TUNELAB_SIM_SCALE_D0
-        if constexpr (Tr::kNorms) mma.zero();  // (the norms; the next tile's first MMAs overwrite the accumulators)
-#else
         mma.zero();
-#endif
       }
     } else if constexpr (Tr::kWgmma) {
       // Tiles, then slices: the epilogue follows an unconditional wait for every MMA group, outside the slice

@@ -24,7 +24,6 @@ struct Op {
   int nt;
   unsigned long long a, b;
   int dtype;
-  bool accumulate;  // SCALE_D: D += A * B (1) or D = A * B (0)
 };
 struct ThreadState {
   std::vector<Op> open;                   // issued since the last commit
@@ -66,7 +65,7 @@ inline void execute(const Op& op) {
     for (int e = 0; e < 4; ++e) {
       const int row = 16 * quarter + g + 8 * (e >> 1);
       const int col = 8 * j + 2 * t + (e & 1);
-      double acc = op.accumulate ? op.d[4 * j + e] : 0.0;
+      double acc = op.d[4 * j + e];
       for (int k = 0; k < 16; ++k)
         acc += static_cast<double>(load(element_addr(op.a, row, k), op.dtype)) *
                static_cast<double>(load(element_addr(op.b, col, k), op.dtype));
@@ -97,13 +96,13 @@ inline void wait() {
   }
 }
 
-template <int SCALE_D = 1, int NT>
+template <int NT>
 inline void wgmma_m64k16_f16(float (&d)[NT][4], unsigned long long a, unsigned long long b) {
-  detail::mine().open.push_back({&d[0][0], NT, a, b, kFp16, SCALE_D != 0});
+  detail::mine().open.push_back({&d[0][0], NT, a, b, kFp16});
 }
-template <int SCALE_D = 1, int NT>
+template <int NT>
 inline void wgmma_m64k16_bf16(float (&d)[NT][4], unsigned long long a, unsigned long long b) {
-  detail::mine().open.push_back({&d[0][0], NT, a, b, kBf16, SCALE_D != 0});
+  detail::mine().open.push_back({&d[0][0], NT, a, b, kBf16});
 }
 
 }  // namespace wg
