@@ -60,9 +60,13 @@ SHAPES = [(100, 50_000, "float16"), (100, 10_000, "float16"), (100, 25_000, "flo
 QUICK_SHAPES = [(100, 50_000, "float16"), (1, 50_000, "float16"), (100, 50_000, "float32")]
 
 
+ARMS = ("fused", "dense", "filtered", "warps")  # the arms a --variant may compile again
+VARIANT_ARMS = ("filtered", "warps")  # those it compiles unless --variant-arms says otherwise
+
+
 def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
              defined: dict[str, dict[str, str]] | None = None,
-             variant_arms: tuple[str, ...] = ("filtered", "warps")) -> dict:
+             variant_arms: tuple[str, ...] = VARIANT_ARMS) -> dict:
     """The arms of one shape (the module docstring's table): name -> Prepared. ``defined`` (--variant) compiles
     the arms named in ``variant_arms`` (--variant-arms) again with its macros, as NAME-VARIANT."""
     from tunelab.ops import similarity as sim
@@ -102,9 +106,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
         raise argparse.ArgumentTypeError(
             f"--variant {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 "
             f"({exc})") from None
-
-
-ARMS = ("fused", "dense", "filtered", "warps")  # the arms a --variant may compile again
 
 
 def parse_arms(text: str) -> tuple[str, ...]:
@@ -162,8 +163,8 @@ def main() -> int:
                          "'warps-before' arms")
     ap.add_argument("--variant", type=parse_variant, action="append", default=[], metavar="NAME:MACRO=VALUE,...",
                     help="the --variant-arms compiled again with these macros defined, as ARM-NAME (repeatable)")
-    ap.add_argument("--variant-arms", type=parse_arms, default=("filtered", "warps"), metavar="ARM,...",
-                    help=f"the arms each --variant compiles (of {', '.join(ARMS)}; default filtered,warps)")
+    ap.add_argument("--variant-arms", type=parse_arms, default=VARIANT_ARMS, metavar="ARM,...",
+                    help=f"the arms each --variant compiles (of {', '.join(ARMS)}; default {','.join(VARIANT_ARMS)})")
     args = ap.parse_args()
     defined = dict(args.variant)
     import torch

@@ -57,7 +57,6 @@ def main() -> int:
     ap.add_argument("--variants", type=parse_variants, default=list(VARIANTS), metavar="NAME,...",
                     help=f"from {', '.join(VARIANTS)} (plain is always run: the reference)")
     args = ap.parse_args()
-    chosen = args.variants
     import torch
 
     from tunelab.ops import similarity as sim
@@ -69,7 +68,7 @@ def main() -> int:
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
     preps = {}
-    for name in chosen:
+    for name in args.variants:
         with kernel_variant(defines={"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])}):
             preps[name] = Prepared(cfg, q, c)
     for p in preps.values():

@@ -232,9 +232,10 @@ def topk_run_args(cfg: TopkConfig, si: int) -> list | None:
     (chunks 0) for a metric other than the inner product."""
     if si in WIDE_SCENARIOS and cfg.block_q <= FILTER_THREADS:
         return None
-    (nq, n, d16, k, splits, chunks, data, seed, late) = TOPK_SCENARIOS[si]
-    if chunks == 0 and cfg.metric != 0:
+    sc = TOPK_SCENARIOS[si]
+    if sc.chunks == 0 and cfg.metric != 0:
         return None  # the unfused ablation is inner product only
+    d16 = sc.d16
     if cfg.mma == 1:
         # wgmma: several 64-element slices per tile (and a short last one), so that an MMA group is in
         # flight across the barrier that precedes a stage's refill
@@ -243,10 +244,8 @@ def topk_run_args(cfg: TopkConfig, si: int) -> list | None:
         # a TMA producer: more slices per tile than stages (and a short last one), so that the ring wraps
         # within a tile and a wait on the wrong phase of a stage reads a slice that is not there
         d16 = max(d16, 328)
-    d = _d_for(cfg.dtype, cfg.vec, d16)
-    if chunks == 0:
-        d = _d_for(cfg.dtype, 16, d16)  # its GEMM copies 16 bytes
-    return [nq, n, d, k, splits, chunks, data, seed, late]
+    d = _d_for(cfg.dtype, 16 if sc.chunks == 0 else cfg.vec, d16)  # (the unfused ablation's GEMM copies 16 bytes)
+    return list(sc._replace(d16=d))  # the binary's arguments are the scenario's fields, with d for this dtype
 
 
 def jobs_for(quick: bool, only: list[int] | None = None) -> list[tuple[str, tuple, list]]:
