@@ -105,6 +105,14 @@ def summarize(samples_us) -> dict[str, float]:
     return out
 
 
+def current_stream() -> int:
+    """The handle of torch's current CUDA stream, as prepared launches take it (looked up at each call, so a launch
+    inside a CUDA graph capture goes to the capturing stream)."""
+    import torch
+
+    return int(torch.cuda.current_stream().cuda_stream)
+
+
 #: A kernel that only reads its input (16-byte streaming loads, nothing written): the floor of any search over the
 #: same bytes (corpus_reader()).
 READ_SRC = r"""
@@ -145,6 +153,67 @@ def corpus_reader():
         return kern.prepare({"UNROLL": 4}, flat, flat.numel() // 4, sink)
 
     return reader
+
+
+#: How L2 is left before each timed call (l2_preparations(), time_after()): "write" the protocol's flush (a buffer of
+#: tunelab.timing.l2_flush_bytes() filled: L2 full of dirty lines, each of which a later allocation must first write
+#: back to HBM), "read" a streaming read of that buffer (the same eviction, no dirty lines), "none" nothing (what the
+#: previous call of the same callable left: back-to-back calls, as in an application's loop).
+L2_STATES = ("write", "read", "none")
+
+
+def l2_states(text: str) -> list[str]:
+    """argparse type: comma-separated names of L2_STATES, e.g. "write,read"."""
+    names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [x for x in names if x not in L2_STATES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(map(repr, bad))} not among {', '.join(L2_STATES)}; "
+                                         f"pass some of them, comma-separated")
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no state; pass some of {', '.join(L2_STATES)}, "
+                                         f"comma-separated")
+    return names
+
+
+def l2_preparations(reader) -> dict:
+    """State name -> a callable that leaves L2 so (L2_STATES) on the current stream. ``reader``: corpus_reader()'s
+    ``reader``, which reads the flush buffer for "read" (the callables hold the buffer)."""
+    import torch
+
+    from tunelab.timing import l2_flush_bytes
+
+    buf = torch.empty(l2_flush_bytes() // 4, dtype=torch.int32, device="cuda")
+    read = reader(buf)
+    return {"write": lambda: buf.fill_(0x5A5A5A5A), "read": lambda: read(current_stream()), "none": lambda: None}
+
+
+def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, rounds: int, samples: int) -> dict:
+    """CUDA events around each call of ``fns[name]`` after ``preparations[state]`` (l2_preparations()), for each
+    (state, name) of ``plan``: every pair once untimed (warm-up, compiles), then ``rounds`` rounds over the plan of
+    ``samples`` consecutive samples each. A callable is a Python one (no arguments, it launches on the current
+    stream) or a prepared launch (given the current stream), as for tunelab.timing.time_callable. Returns
+    (state, name) -> µs array."""
+    import torch
+
+    from tunelab import _core
+
+    fns = {k: (lambda f=f: f(current_stream())) if isinstance(f, _core.PreparedLaunch) else f for k, f in fns.items()}
+    for state, name in plan:
+        preparations[state]()
+        fns[name]()
+    torch.cuda.synchronize()
+    out = {key: [] for key in plan}
+    for _ in range(rounds):
+        for state, name in plan:
+            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+            for a, b in ev:
+                preparations[state]()
+                a.record()
+                fns[name]()
+                b.record()
+            torch.cuda.synchronize()
+            out[(state, name)].extend(a.elapsed_time(b) * 1e3 for a, b in ev)
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
 #: how draw_search_inputs() draws the random inputs from one generator

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import speedup, summarize, write_result  # noqa: E402
+from _common import current_stream, speedup, summarize, write_result  # noqa: E402
 
 GRAPH_BELOW_US = 20.0
 K = 10
@@ -156,7 +156,7 @@ class OurSearch:
         self._keep = (ck, ci)
 
     def __call__(self):
-        stream = int(_torch().cuda.current_stream().cuda_stream)
+        stream = current_stream()
         self.p1(stream)
         self.p2(stream)
 

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, speedup, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import current_stream, draw_search_inputs, speedup, summarize, warm_up_gpu, write_result  # noqa: E402
 
 K = 10
 D = 768
@@ -57,9 +57,7 @@ class Prepared:
                                                   self.plan)
 
     def __call__(self):
-        import torch
-
-        stream = int(torch.cuda.current_stream().cuda_stream)
+        stream = current_stream()
         self.search(stream)
         self.merge(stream)
 

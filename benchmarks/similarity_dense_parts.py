@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, int_list, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (corpus_reader, current_stream, draw_search_inputs, int_list, summarize, warm_up_gpu,  # noqa: E402
+                     write_result)
 
 NQ, D, K = 100, 768, 10
 
@@ -56,7 +57,6 @@ def main() -> int:
 
     clock = warm_up_gpu()
     reader = corpus_reader()
-    stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     dense_cfg = dict(sim.default_config(NQ, K, "float16", D, n=next_pow2(50_000)), MERGE=sim.MERGE_DENSE)
     fused_cfg = sim.default_config(NQ, K, "float16", D)
 
@@ -66,8 +66,8 @@ def main() -> int:
         read = reader(c)
         dense, fused = Prepared(dense_cfg, q, c), Prepared(fused_cfg, q, c)
         nostores = storeless(dense, q, c)  # the diagnosis build of the same config, its key stores compiled out
-        fns = {"read": lambda: read(stream()), "search": lambda: dense.search(stream()),
-               "nostores": lambda: nostores(stream()), "pair": dense, "fused": fused}
+        fns = {"read": lambda: read(current_stream()), "search": lambda: dense.search(current_stream()),
+               "nostores": lambda: nostores(current_stream()), "pair": dense, "fused": fused}
         samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0)  # a flush before every call
         # the pair's indices against the fused search's (the same keys and tie rule)
         dense()

@@ -25,14 +25,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, speedup, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (corpus_reader, current_stream, draw_search_inputs, l2_preparations, speedup,  # noqa: E402
+                     summarize, time_after, warm_up_gpu, write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
 ROUNDS, SAMPLES = 6, 15
 
 
 def main() -> int:
-    import numpy as np
     import torch
 
     from tunelab.ops import similarity as sim
@@ -44,41 +44,22 @@ def main() -> int:
 
     clock = warm_up_gpu()
     reader = corpus_reader()
+    flushes = l2_preparations(reader)
 
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
-    flush_buf = torch.empty(l2_flush_bytes() // 4, dtype=torch.int32, device="cuda")
-    read_flush = reader(flush_buf)
-    stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
-    flushes = {"write": lambda: flush_buf.fill_(0x5A5A5A5A), "read": lambda: read_flush(stream()),
-               "none": lambda: None}
-
     read_corpus = reader(c)
     from tunelab.tuning.family import next_pow2
     fused = Prepared(sim.default_config(NQ, K, "float16", D), q, c)
     dense = Prepared(dict(sim.default_config(NQ, K, "float16", D, n=next_pow2(N)), MERGE=sim.MERGE_DENSE), q, c)
-    fns = {"read": lambda: read_corpus(stream()), "ours": lambda: sim.similarity_search(q, c, K), "fused": fused,
-           "dense": dense, "cublas": lambda: q @ c.T, "torch": torch_topk(q, c, K, "ip")}
+    fns = {"read": lambda: read_corpus(current_stream()), "ours": lambda: sim.similarity_search(q, c, K),
+           "fused": fused, "dense": dense, "cublas": lambda: q @ c.T, "torch": torch_topk(q, c, K, "ip")}
     plan = [(f, name) for f in ("write", "read") for name in fns] + [("none", "read")]
-    for f, name in plan:  # warm-up (and compiles)
-        flushes[f]()
-        fns[name]()
-    torch.cuda.synchronize()
-    samples = {key: [] for key in plan}
-    for _ in range(ROUNDS):
-        for f, name in plan:
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(SAMPLES)]
-            for a, b in ev:
-                flushes[f]()
-                a.record()
-                fns[name]()
-                b.record()
-            torch.cuda.synchronize()
-            samples[(f, name)].extend(a.elapsed_time(b) * 1e3 for a, b in ev)
+    samples = time_after(fns, plan, flushes, rounds=ROUNDS, samples=SAMPLES)
     rows = {f"{name}/{f}": summarize(s) for (f, name), s in samples.items()}
     ratio = {}
     for f in ("write", "read"):
         for name in ("ours", "fused", "dense"):
-            ratio[f"{name}/{f}"] = speedup(np.asarray(samples[(f, "torch")]), np.asarray(samples[(f, name)]))
+            ratio[f"{name}/{f}"] = speedup(samples[(f, "torch")], samples[(f, name)])
     corpus_bytes = c.numel() * c.element_size()
     payload = {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "corpus_bytes": corpus_bytes,
                "l2_flush_bytes": l2_flush_bytes(), "sm_mhz_after_warmup": clock, "rounds": ROUNDS,

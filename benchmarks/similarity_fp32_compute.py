@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (corpus_reader, current_stream, draw_search_inputs, summarize, warm_up_gpu,  # noqa: E402
+                     write_result)
 
 NQ, D, K = 1, 768, 10
 
@@ -71,7 +72,7 @@ def main() -> int:
     clock = warm_up_gpu()
     dev = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(dev)
-    stream = int(torch.cuda.current_stream().cuda_stream)
+    stream = current_stream()
     reader = corpus_reader()
     rows = {}
     for dtype in ("float32", "float16"):

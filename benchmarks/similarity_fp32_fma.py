@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (corpus_reader, draw_search_inputs, int_list, int_list_in, speedup, warm_up_gpu,  # noqa: E402
-                     write_result)
+from _common import (corpus_reader, current_stream, draw_search_inputs, int_list, int_list_in, speedup,  # noqa: E402
+                     warm_up_gpu, write_result)
 
 D, K = 768, 10
 
@@ -79,7 +79,7 @@ def main() -> int:
         row = {"nq": nq, "n": args.rate_n, "corpus_bytes": nbytes}
         for name, cfg in (("3xtf32", dict(base, MMA=0)), ("fma", dict(base, MMA=4))):
             prep = Prepared(cfg, q, c, splits=8)
-            stream = int(torch.cuda.current_stream().cuda_stream)
+            stream = current_stream()
             busy = prep.plan["q_tiles"] * prep.plan["splits"]
             row[name] = dict(l2_resident_rate(lambda: prep.search(stream), nbytes, busy, 200), config=prep.config)
         row["read"] = l2_resident_rate(reader(c), nbytes, props.multi_processor_count, 200)

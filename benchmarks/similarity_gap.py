@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DRAW_ORDERS, draw_search_inputs, summarize, write_result  # noqa: E402
+from _common import DRAW_ORDERS, current_stream, draw_search_inputs, summarize, write_result  # noqa: E402
 
 K = 10
 D = 768
@@ -61,10 +61,7 @@ def main() -> int:
     from tunelab.timing import time_callable
 
     dev = torch.cuda.current_device()
-    stream = int(torch.cuda.current_stream().cuda_stream)
-
-    def cur():  # the stream a graph capture runs on
-        return int(torch.cuda.current_stream().cuda_stream)
+    stream = current_stream()
 
     def t(fn, **kw):
         """The core's timing protocol on ``fn``, summarized."""
@@ -106,7 +103,8 @@ def main() -> int:
         res["carve=100 search+merge"] = t(lambda: (p_s(stream), p_m(stream)))
         f_m.set_shared_carveout(-1)
         f_s.set_shared_carveout(-1)
-        res["graph search+merge"] = t(lambda: (p_s(cur()), p_m(cur())), cuda_graph=True, graph_launches=10)
+        res["graph search+merge"] = t(lambda: (p_s(current_stream()), p_m(current_stream())), cuda_graph=True,
+                                      graph_launches=10)
         ref = torch.topk(q.float() @ c.float().T, K, dim=1)
         p_s(stream), p_m(stream)
         torch.cuda.synchronize()

@@ -15,7 +15,13 @@ search alone and the search + select pair; plus the read-only kernel, the search
 (similarity_dense.storeless) and torch. Indices and scores are checked against the plain variant's. Results:
 benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 
-    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--tag h200]
+    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--l2 write,read,none] [--tag h200]
+
+With --l2 the same arms are timed again after each named preparation of L2 (_common.L2_STATES, CUDA events around
+each call, _common.time_after): "write" the protocol's flush again (a fill: L2 full of dirty lines), "read" a read of
+a buffer twice the L2 (the same eviction, no dirty lines), "none" back-to-back calls (the keys' lines of the previous
+call still in L2). What the stores cost after each (search minus the storeless search) says how much of it is the
+write-back of the dirty lines the protocol leaves, which every line the keys take must first evict.
 
 What the stores cost beyond their policy (16-bit keys, packed 16-bit keys, bulk copies from shared memory, no store
 run, one store a tile, the accumulators cleared late) was measured with this script at 83d9989, whose kernel held
@@ -32,8 +38,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (corpus_reader, draw_search_inputs, kernel_variant, speedup, summarize, warm_up_gpu,  # noqa: E402
-                     write_result)
+from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, kernel_variant,  # noqa: E402
+                     l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu, write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
 VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
@@ -56,6 +62,9 @@ def main() -> int:
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", type=parse_variants, default=list(VARIANTS), metavar="NAME,...",
                     help=f"from {', '.join(VARIANTS)} (plain is always run: the reference)")
+    ap.add_argument("--l2", type=l2_states, default=[], metavar="STATE,...",
+                    help=f"also time every arm after each of these preparations of L2 (of {', '.join(L2_STATES)})")
+    ap.add_argument("--l2-samples", type=int, default=15, help="samples a round and arm with --l2")
     args = ap.parse_args()
     import torch
 
@@ -76,10 +85,11 @@ def main() -> int:
     torch.cuda.synchronize()
     agree = {k: bool(torch.equal(p.indices, preps["plain"].indices)) for k, p in preps.items()}
     agree_scores = {k: bool(torch.equal(p.scores, preps["plain"].scores)) for k, p in preps.items()}
-    read = corpus_reader()(c)
-    stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
+    reader = corpus_reader()
+    read = reader(c)
     bare = storeless(preps["plain"], q, c)
-    fns = {"read": lambda: read(stream()), "storeless": lambda: bare(stream()), "torch": torch_topk(q, c, K, "ip")}
+    fns = {"read": lambda: read(current_stream()), "storeless": lambda: bare(current_stream()),
+           "torch": torch_topk(q, c, K, "ip")}
     for name, p in preps.items():
         fns[f"{name}/search"] = p.search
         fns[f"{name}/pair"] = p
@@ -89,11 +99,20 @@ def main() -> int:
     for name in preps:
         for part in ("search", "pair"):
             speed[f"{name}/{part}"] = speedup(samples[f"plain/{part}"], samples[f"{name}/{part}"])
+    by_l2, stores_cost = {}, {}
+    if args.l2:
+        after = time_after(fns, [(st, name) for st in args.l2 for name in fns], l2_preparations(reader),
+                           rounds=args.rounds, samples=args.l2_samples)
+        for st in args.l2:
+            by_l2[st] = {name: summarize(after[(st, name)]) for name in fns}
+            stores_cost[st] = {name: by_l2[st][f"{name}/search"]["median"] - by_l2[st]["storeless"]["median"]
+                               for name in preps}
     path = write_result("similarity_key_stores",
                         {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "config": preps["plain"].config,
                          "splits": preps["plain"].plan["splits"], "sm_mhz_after_warmup": clock,
                          "indices_equal_plain": agree, "scores_equal_plain": agree_scores, "us": rows,
-                         "speedup_vs_plain": speed}, args.tag)
+                         "speedup_vs_plain": speed, "l2_samples": args.l2_samples if args.l2 else None,
+                         "us_after_l2": by_l2, "stores_cost_us_after_l2": stores_cost}, args.tag)
     print(f"wrote {path}")
     print(f"read {rows['read']['median']:.1f} us, the search without its stores {rows['storeless']['median']:.1f} us, "
           f"torch {rows['torch']['median']:.1f} us")
@@ -102,6 +121,12 @@ def main() -> int:
         same = agree[name] and agree_scores[name]
         print(f"{name:>12}: search {s['median']:6.1f} us ({speed[f'{name}/search']['estimate']:.3f}x), pair "
               f"{pr['median']:6.1f} us ({speed[f'{name}/pair']['estimate']:.3f}x){'' if same else '  DIFFER'}")
+    if by_l2:
+        print("after each L2 state (us, medians; stores = search - storeless):")
+        print(f"{'':>8}" + "".join(f"{name:>18}" for name in fns) + "".join(f"{'stores ' + n:>16}" for n in preps))
+        for st in args.l2:
+            print(f"{st:>8}" + "".join(f"{by_l2[st][name]['median']:18.1f}" for name in fns)
+                  + "".join(f"{stores_cost[st][n]:16.1f}" for n in preps))
     return 0
 
 

@@ -72,7 +72,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DRAW_ORDERS, draw_search_inputs, kernel_variant, summarize, write_result  # noqa: E402
+from _common import (DRAW_ORDERS, current_stream, draw_search_inputs, kernel_variant, summarize,  # noqa: E402
+                     write_result)
 from tunelab import _core  # noqa: E402
 from tunelab.errors import ConfigError  # noqa: E402
 from tunelab.kernel import parse_define  # noqa: E402
@@ -388,11 +389,12 @@ def main() -> int:
     except ConfigError as exc:
         ap.error(f"--define: {exc}")
     with kernel_variant(defines=defines):
-        return probe(args, defines)
+        return probe(args, defines, ap.error)
 
 
-def probe(args, defines: dict[str, str]) -> int:
-    """main() past its arguments: compile, run and record every variant of ``args`` (with ``defines``)."""
+def probe(args, defines: dict[str, str], error) -> int:
+    """main() past its arguments: compile, run and record every variant of ``args`` (with ``defines``). ``error``
+    (argparse's ``error``) reports an argument that only proves bad here (--from-study, --only) and exits."""
     import torch
 
     from tunelab.errors import TunelabError
@@ -408,8 +410,8 @@ def probe(args, defines: dict[str, str]) -> int:
         arms = [a for a in (doc.get("confirmation") or {}).get("arms", [])
                 if a.get("kind") == "config" and not a.get("is_default")]
         if not arms:
-            ap.error(f"--from-study {args.from_study}: the study has no confirmed configs (it ran without "
-                     f"confirmation); rerun it with confirmation, or pass another results file")
+            error(f"--from-study {args.from_study}: the study has no confirmed configs (it ran without "
+                  f"confirmation); rerun it with confirmation, or pass another results file")
         study_variants = [(f"study {i + 1}", a["config"], None) for i, a in enumerate(arms)]
 
     def variant_list(nq):
@@ -423,15 +425,15 @@ def probe(args, defines: dict[str, str]) -> int:
             keep = [x.strip() for x in args.only.split(";")]
             unknown = [x for x in keep if x not in {name for name, _, _ in vs}]
             if unknown:
-                ap.error(f"--only {unknown}: not in --variants {args.variants} at nq={nq}; its variants are "
-                         f"{[name for name, _, _ in vs]}")
+                error(f"--only {unknown}: not in --variants {args.variants} at nq={nq}; its variants are "
+                      f"{[name for name, _, _ in vs]}")
             vs = [v for v in vs if v[0] in keep]
         return vs
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args.ncu or args.trace or args.shapes).split(",")]
 
     dev = torch.cuda.current_device()
     arch = S._arch(dev)
-    stream = int(torch.cuda.current_stream().cuda_stream)
+    stream = current_stream()
 
     def requested(nq, over):  # a variant's config before fitting it to the shared memory
         return {**S.default_config(nq, K, args.dtype, D), **over}

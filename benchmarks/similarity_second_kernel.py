@@ -35,7 +35,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import corpus_reader, draw_search_inputs, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (corpus_reader, current_stream, draw_search_inputs, summarize, warm_up_gpu,  # noqa: E402
+                     write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
 
@@ -80,7 +81,6 @@ def main() -> int:
     args = ap.parse_args()
 
     clock = warm_up_gpu()
-    stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     dense_cfg = dict(sim.default_config(NQ, K, "float16", D, n=next_pow2(N)), MERGE=sim.MERGE_DENSE)
     dense = Prepared(dense_cfg, q, c)
@@ -98,18 +98,18 @@ def main() -> int:
     read = corpus_reader()(c)
 
     def then(*launches):
-        return lambda: [launch(stream()) for launch in launches]
+        return lambda: [launch(current_stream()) for launch in launches]
 
-    fns = {"read": lambda: read(stream()), "read+nop": then(read, nop), "read+nop_pdl": then(read, nop_pdl),
-           "nostores": lambda: nostores(stream()), "nostores+nop": then(nostores, nop),
+    fns = {"read": lambda: read(current_stream()), "read+nop": then(read, nop), "read+nop_pdl": then(read, nop_pdl),
+           "nostores": lambda: nostores(current_stream()), "nostores+nop": then(nostores, nop),
            "nostores+nop_pdl": then(nostores, nop_pdl), "nostores+nop_wide": then(nostores, nop_wide),
            "nostores+nop_wide_smem": then(nostores, nop_wide_smem),
            "nostores+nop_warp_smem": then(nostores, nop_warp_smem),
-           "search": lambda: dense.search(stream()), "pair": dense,
+           "search": lambda: dense.search(current_stream()), "pair": dense,
            "pair+select": then(dense.search, dense.merge, dense.merge)}
     if sim.uses_tma(dense_cfg):
         warps = Prepared(dict(dense_cfg, MERGE=sim.MERGE_FILTER_WARPS), q, c)
-        fns.update({"warps": lambda: warps.search(stream()), "warps_pair": warps,
+        fns.update({"warps": lambda: warps.search(current_stream()), "warps_pair": warps,
                     "warps+nop_pdl": then(warps.search, nop_pdl),
                     "warps_pair+select": then(warps.search, warps.merge, warps.merge)})
     samples, _ = time_all(fns, budget_s=1.0, rounds=args.rounds, graph_below_us=0)

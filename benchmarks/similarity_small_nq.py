@@ -38,8 +38,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (corpus_reader, draw_search_inputs, int_list, int_list_in, summarize,  # noqa: E402
-                     warm_up_gpu, write_result)
+from _common import (corpus_reader, current_stream, draw_search_inputs, int_list, int_list_in,  # noqa: E402
+                     summarize, warm_up_gpu, write_result)
 
 D, K = 768, 10
 
@@ -83,13 +83,12 @@ def main() -> int:
 
     clock = warm_up_gpu()
     reader = corpus_reader()
-    stream = lambda: int(torch.cuda.current_stream().cuda_stream)  # noqa: E731
     rows = []
     for nq, dtype, n in ((nq, dtype, n) for nq in nqs for dtype in dtypes for n in ns_list):
         q, c = draw_search_inputs(nq, n, D, getattr(torch, dtype), seed=1)
         read = reader(c)
         preps = {name: Prepared(cfg, q, c) for name, cfg in variants(nq, dtype, n).items()}
-        fns = {"read": lambda: read(stream()), **preps}
+        fns = {"read": lambda: read(current_stream()), **preps}
         for p in preps.values():
             p()
         torch.cuda.synchronize()

@@ -59,6 +59,20 @@ def test_key_stores_variants_are_checked(load_benchmark):
         script.parse_variants("cs,key16")
 
 
+def test_l2_states_are_checked(load_benchmark):
+    """--l2 (similarity_key_stores.py) takes states of _common.L2_STATES once each, in the order given, and names an
+    unknown one, and the accepted states, in its error; an empty list is refused too."""
+    import argparse
+
+    common = load_benchmark("_common")
+    assert common.l2_states("read, write,read") == ["read", "write"]
+    assert common.l2_states("none") == ["none"]
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'dirty' not among write, read, none"):
+        common.l2_states("write,dirty")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"names no state; pass some of write, read, none"):
+        common.l2_states(" , ")
+
+
 def test_second_kernel_nops_compile_for_hopper_and_ampere(load_benchmark):
     """similarity_second_kernel.py's nop compiles for sm_90 (where the programmatic form waits with
     griddepcontrol.wait) and for sm_80 (where the wait compiles to nothing), with and without the wait: a source
