@@ -703,6 +703,12 @@ struct TopkBlock {
 #else
   static constexpr bool kTrace = false;
 #endif
+// An experiment (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense search's
+// diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the timeline shows
+// where the stores' time goes.
+#ifndef TUNELAB_SIM_TRACE_KEYS
+#define TUNELAB_SIM_TRACE_KEYS 0
+#endif
   int trace_turn = 0;  // this tile group's turn (the epilogue's events)
   // This block's timeline in the candidate-key buffer: kTraceSlots u64 stamps, then as many clock64 values.
   __device__ __forceinline__ unsigned long long* trace_slots() const {
@@ -1205,7 +1211,8 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            if (!kTrace && rt.valid[mt][h]) store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
+            if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h])
+              store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
       }
     }
   }
