@@ -15,7 +15,12 @@ search alone and the search + select pair; plus the read-only kernel, the search
 (similarity_dense.storeless) and torch. Indices and scores are checked against the plain variant's. Results:
 benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 
-    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--l2 write,read,none] [--tag h200]
+    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--pace NS,...] [--l2 write,read,none]
+                                                [--tag h200]
+
+--pace adds the plain stores paced, an arm each (topk.cuh TUNELAB_SIM_STORE_PACE_NS): a pause of NS ns after each
+n8 column block's stores, so that a group's stores spread over the other group's main loop instead of coming as one
+burst on every SM at once (the timelines of similarity_probe.py --trace with TUNELAB_SIM_TRACE_KEYS=1).
 
 With --l2 the same arms are timed again after each named preparation of L2 (_common.L2_STATES, CUDA events around
 each call, _common.time_after): "write" the protocol's flush again (a fill: L2 full of dirty lines), "read" a read of
@@ -38,8 +43,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, kernel_variant,  # noqa: E402
-                     l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu, write_result)
+from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, int_list_in,  # noqa: E402
+                     kernel_variant, l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu,
+                     write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
 VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
@@ -62,6 +68,9 @@ def main() -> int:
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", type=parse_variants, default=list(VARIANTS), metavar="NAME,...",
                     help=f"from {', '.join(VARIANTS)} (plain is always run: the reference)")
+    ap.add_argument("--pace", type=int_list_in(1, 100_000, "ns a pause"), default=[], metavar="NS,...",
+                    help="also the plain stores paced (topk.cuh TUNELAB_SIM_STORE_PACE_NS: a pause of NS ns after each "
+                         "n8 column block's stores but on the block's last tile), an arm 'paceNS' each")
     ap.add_argument("--l2", type=l2_states, default=[], metavar="STATE,...",
                     help=f"also time every arm after each of these preparations of L2 (of {', '.join(L2_STATES)})")
     ap.add_argument("--l2-samples", type=int, default=15, help="samples a round and arm with --l2")
@@ -76,9 +85,11 @@ def main() -> int:
     clock = warm_up_gpu()
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
+    builds = {name: {"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])} for name in args.variants}
+    builds.update({f"pace{ns}": {"TUNELAB_SIM_STORE_PACE_NS": str(ns)} for ns in args.pace})
     preps = {}
-    for name in args.variants:
-        with kernel_variant(defines={"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])}):
+    for name, defines in builds.items():
+        with kernel_variant(defines=defines):
             preps[name] = Prepared(cfg, q, c)
     for p in preps.values():
         p()
@@ -109,7 +120,7 @@ def main() -> int:
                                for name in preps}
     path = write_result("similarity_key_stores",
                         {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "config": preps["plain"].config,
-                         "splits": preps["plain"].plan["splits"], "sm_mhz_after_warmup": clock,
+                         "splits": preps["plain"].plan["splits"], "sm_mhz_after_warmup": clock, "builds": builds,
                          "indices_equal_plain": agree, "scores_equal_plain": agree_scores, "us": rows,
                          "speedup_vs_plain": speed, "l2_samples": args.l2_samples if args.l2 else None,
                          "us_after_l2": by_l2, "stores_cost_us_after_l2": stores_cost}, args.tag)

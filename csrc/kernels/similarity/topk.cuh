@@ -709,6 +709,13 @@ struct TopkBlock {
 #ifndef TUNELAB_SIM_TRACE_KEYS
 #define TUNELAB_SIM_TRACE_KEYS 0
 #endif
+// An experiment (benchmarks/similarity_key_stores.py --pace NS): the dense epilogue sleeps NS ns after each n8 column
+// block's stores (13 at BLOCK_Q = 104), spreading the stores over the other group's main loop instead of a burst on
+// every SM at once, except on the block's last tile, whose epilogue nothing overlaps.
+#ifndef TUNELAB_SIM_STORE_PACE_NS
+#define TUNELAB_SIM_STORE_PACE_NS 0
+#endif
+  bool pace_stores = false;  // TUNELAB_SIM_STORE_PACE_NS: this tile is not the block's last
   int trace_turn = 0;  // this tile group's turn (the epilogue's events)
   // This block's timeline in the candidate-key buffer: kTraceSlots u64 stamps, then as many clock64 values.
   __device__ __forceinline__ unsigned long long* trace_slots() const {
@@ -1214,6 +1221,7 @@ struct TopkBlock {
             if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h])
               store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
       }
+      if (TUNELAB_SIM_STORE_PACE_NS > 0 && pace_stores) spin_pause_ns(TUNELAB_SIM_STORE_PACE_NS);
     }
   }
 
@@ -2227,6 +2235,7 @@ struct TopkBlock {
         wg::fence_operands(mma.acc);
         release((it - 1) % Tr::kStages);
         trace_turn_event(1);
+        pace_stores = tile + 1 < tile_end;
         epilogue(mma, tile, turn == 0);
         trace_turn_event(3);
         mma.zero();
