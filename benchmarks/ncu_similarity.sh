@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute counters of the similarity search kernel for one shape of benchmarks/similarity_probe.py:
 # speed of light, pipe utilization (the tensor pipe), and where L2's traffic comes from (SM reads, the link
-# between the two L2 partitions, DRAM). Each variant launches three searches (random, all-zero and all-NaN
-# queries: see the probe's docstring); LAUNCHES limits how many are profiled.
+# between the two L2 partitions, DRAM reads and writes). Each variant launches three searches (random, all-zero and
+# all-NaN queries: see the probe's docstring); LAUNCHES limits how many are profiled.
 #   bash benchmarks/ncu_similarity.sh TAG NQxN SET 'VARIANT;VARIANT' [LAUNCHES] [traffic|stalls|source] [MACRO=VALUE]
 # writes ${OUT:-benchmarks/results}/ncu_similarity_TAG.txt, headed by the commit and the command. "stalls" reads,
 # instead of L2's traffic, why the warps wait: every smsp__average_warps_issue_stalled_*_per_issue_active.ratio
@@ -27,7 +27,8 @@ mkdir -p "$dir"
 out="$dir/ncu_similarity_$tag.txt"
 commit=${TUNELAB_GIT_COMMIT:-$(cat .tunelab-commit 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)}
 metrics=lts__t_sectors_srcunit_tex.sum,lts__t_sectors_srcunit_tex_lookup_hit.sum,lts__t_sectors_srcunit_ltcfabric.sum
-metrics+=,dram__bytes_read.sum,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed
+metrics+=,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum
+metrics+=,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed
 metrics+=,lts__lts2xbar_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis)
 if [ "$mode" = stalls ]; then
@@ -54,5 +55,5 @@ cmd=(ncu --clock-control none "${sections[@]}" --metrics "$metrics" -k regex:sim
   fi
 } > "$out"
 rc=$?
-grep -E "similarity_topk<|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Tensor|highest-utilized|sectors|bytes_read|cycles_active|stalled|inst_executed|Warp Cycles" "$out" | cut -c1-150
+grep -E "similarity_topk<|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Tensor|highest-utilized|sectors|bytes_read|bytes_write|cycles_active|stalled|inst_executed|Warp Cycles" "$out" | cut -c1-150
 exit $rc
