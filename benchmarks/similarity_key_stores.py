@@ -15,10 +15,12 @@ search alone and the search + select pair; plus the read-only kernel, the search
 (similarity_dense.storeless) and torch. Indices and scores are checked against the plain variant's. Results:
 benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 
-    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--pace NS,...] [--l2 write,read,none]
-                                                [--tag h200]
+    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--arm NAME:KEY=VALUE,...] [--pace NS,...]
+                                                [--l2 write,read,none] [--tag h200]
 
---pace adds the plain stores paced, an arm each (topk.cuh TUNELAB_SIM_STORE_PACE_NS): a pause of NS ns after each
+--arm NAME:KEY=VALUE,... adds the dense default with those config entries replaced (e.g. c2:CLUSTER=2: two blocks
+multicast each query slice, so L2 serves the queries half as often), timed with its own storeless build. --pace adds
+the plain stores paced, an arm each (topk.cuh TUNELAB_SIM_STORE_PACE_NS): a pause of NS ns after each
 n8 column block's stores, so that a group's stores spread over the other group's main loop instead of coming as one
 burst on every SM at once (the timelines of similarity_probe.py --trace with TUNELAB_SIM_TRACE_KEYS=1).
 
@@ -61,6 +63,25 @@ def parse_variants(text: str) -> list[str]:
     return ["plain"] + [v for v in dict.fromkeys(names) if v != "plain"]
 
 
+def parse_arm(text: str) -> tuple[str, dict[str, int]]:
+    """--arm ``NAME:KEY=VALUE[,KEY=VALUE...]`` -> (NAME, {KEY: int VALUE}): the dense default with these config
+    entries replaced (the keys are checked against the config once it is known)."""
+    name, sep, rest = text.partition(":")
+    try:
+        if not name or not sep or name in VARIANTS:
+            raise ValueError
+        over = {}
+        for pair in rest.split(","):
+            key, eq, value = pair.strip().partition("=")
+            if not key or not eq:
+                raise ValueError
+            over[key] = int(value)
+        return name, over
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--arm {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...] with integer values "
+                                         f"and a NAME not among {', '.join(VARIANTS)}, e.g. c2:CLUSTER=2") from None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
@@ -71,6 +92,9 @@ def main() -> int:
     ap.add_argument("--pace", type=int_list_in(1, 100_000, "ns a pause"), default=[], metavar="NS,...",
                     help="also the plain stores paced (topk.cuh TUNELAB_SIM_STORE_PACE_NS: a pause of NS ns after each "
                          "n8 column block's stores but on the block's last tile), an arm 'paceNS' each")
+    ap.add_argument("--arm", type=parse_arm, action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                    help="also the dense default with these config entries replaced (plain stores; repeatable), with "
+                         "its own storeless build as the reference of its stores' cost, e.g. c2:CLUSTER=2")
     ap.add_argument("--l2", type=l2_states, default=[], metavar="STATE,...",
                     help=f"also time every arm after each of these preparations of L2 (of {', '.join(L2_STATES)})")
     ap.add_argument("--l2-samples", type=int, default=15, help="samples a round and arm with --l2")
@@ -85,12 +109,19 @@ def main() -> int:
     clock = warm_up_gpu()
     q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
+    unknown = sorted({k for _, over in args.arm for k in over} - set(cfg))
+    if unknown:
+        ap.error(f"--arm: config keys {unknown} unknown; the dense config has {', '.join(cfg)}")
     builds = {name: {"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])} for name in args.variants}
     builds.update({f"pace{ns}": {"TUNELAB_SIM_STORE_PACE_NS": str(ns)} for ns in args.pace})
     preps = {}
     for name, defines in builds.items():
         with kernel_variant(defines=defines):
             preps[name] = Prepared(cfg, q, c)
+    arms = dict(args.arm)
+    smem = sim.smem_limit(sim._arch(torch.cuda.current_device()))
+    for name, over in arms.items():
+        preps[name] = Prepared(sim.fit_config(dict(cfg, **over), K, "float16", smem, "ip"), q, c)
     for p in preps.values():
         p()
     torch.cuda.synchronize()
@@ -101,6 +132,8 @@ def main() -> int:
     bare = storeless(preps["plain"], q, c)
     fns = {"read": lambda: read(current_stream()), "storeless": lambda: bare(current_stream()),
            "torch": torch_topk(q, c, K, "ip")}
+    for name in arms:
+        fns[f"{name}/storeless"] = storeless(preps[name], q, c)
     for name, p in preps.items():
         fns[f"{name}/search"] = p.search
         fns[f"{name}/pair"] = p
@@ -110,19 +143,23 @@ def main() -> int:
     for name in preps:
         for part in ("search", "pair"):
             speed[f"{name}/{part}"] = speedup(samples[f"plain/{part}"], samples[f"{name}/{part}"])
+    ref = {name: f"{name}/storeless" if name in arms else "storeless" for name in preps}  # each build's storeless
+    cost = {name: rows[f"{name}/search"]["median"] - rows[ref[name]]["median"] for name in preps}
     by_l2, stores_cost = {}, {}
     if args.l2:
         after = time_after(fns, [(st, name) for st in args.l2 for name in fns], l2_preparations(reader),
                            rounds=args.rounds, samples=args.l2_samples)
         for st in args.l2:
             by_l2[st] = {name: summarize(after[(st, name)]) for name in fns}
-            stores_cost[st] = {name: by_l2[st][f"{name}/search"]["median"] - by_l2[st]["storeless"]["median"]
+            stores_cost[st] = {name: by_l2[st][f"{name}/search"]["median"] - by_l2[st][ref[name]]["median"]
                                for name in preps}
     path = write_result("similarity_key_stores",
                         {"nq": NQ, "n": N, "d": D, "k": K, "dtype": "fp16", "config": preps["plain"].config,
                          "splits": preps["plain"].plan["splits"], "sm_mhz_after_warmup": clock, "builds": builds,
                          "indices_equal_plain": agree, "scores_equal_plain": agree_scores, "us": rows,
-                         "speedup_vs_plain": speed, "l2_samples": args.l2_samples if args.l2 else None,
+                         "arms": arms, "arm_configs": {name: preps[name].config for name in arms},
+                         "speedup_vs_plain": speed, "stores_cost_us": cost,
+                         "l2_samples": args.l2_samples if args.l2 else None,
                          "us_after_l2": by_l2, "stores_cost_us_after_l2": stores_cost}, args.tag)
     print(f"wrote {path}")
     print(f"read {rows['read']['median']:.1f} us, the search without its stores {rows['storeless']['median']:.1f} us, "
@@ -131,7 +168,8 @@ def main() -> int:
         s, pr = rows[f"{name}/search"], rows[f"{name}/pair"]
         same = agree[name] and agree_scores[name]
         print(f"{name:>12}: search {s['median']:6.1f} us ({speed[f'{name}/search']['estimate']:.3f}x), pair "
-              f"{pr['median']:6.1f} us ({speed[f'{name}/pair']['estimate']:.3f}x){'' if same else '  DIFFER'}")
+              f"{pr['median']:6.1f} us ({speed[f'{name}/pair']['estimate']:.3f}x), stores {cost[name]:4.1f} us (over "
+              f"{ref[name]} {rows[ref[name]]['median']:.1f}){'' if same else '  DIFFER'}")
     if by_l2:
         print("after each L2 state (us, medians; stores = search - storeless):")
         print(f"{'':>8}" + "".join(f"{name:>18}" for name in fns) + "".join(f"{'stores ' + n:>16}" for n in preps))

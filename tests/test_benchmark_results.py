@@ -59,6 +59,18 @@ def test_key_stores_variants_are_checked(load_benchmark):
         script.parse_variants("cs,key16")
 
 
+def test_key_stores_arms_are_checked(load_benchmark):
+    """similarity_key_stores.py --arm NAME:KEY=VALUE,... parses integer config entries and refuses a missing name,
+    a pair without '=', a non-integer value and a name that is one of the store variants, saying the form."""
+    import argparse
+
+    script = load_benchmark("similarity_key_stores")
+    assert script.parse_arm("c2:CLUSTER=2, STAGES=5") == ("c2", {"CLUSTER": 2, "STAGES": 5})
+    for bad in ("c2", ":CLUSTER=2", "x:CLUSTER", "x:CLUSTER=two", "plain:CLUSTER=2"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"expected NAME:KEY=VALUE\[,KEY=VALUE...\]"):
+            script.parse_arm(bad)
+
+
 def test_l2_states_are_checked(load_benchmark):
     """--l2 (similarity_key_stores.py) takes states of _common.L2_STATES once each, in the order given, and names an
     unknown one, and the accepted states, in its error; an empty list is refused too."""
