@@ -15,14 +15,11 @@ search alone and the search + select pair; plus the read-only kernel, the search
 (similarity_dense.storeless) and torch. Indices and scores are checked against the plain variant's. Results:
 benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 
-    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--arm NAME:KEY=VALUE,...] [--pace NS,...]
+    python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--arm NAME:KEY=VALUE,...]
                                                 [--l2 write,read,none] [--tag h200]
 
 --arm NAME:KEY=VALUE,... adds the dense default with those config entries replaced (e.g. c2:CLUSTER=2: two blocks
-multicast each query slice, so L2 serves the queries half as often), timed with its own storeless build. --pace adds
-the plain stores paced, an arm each (topk.cuh TUNELAB_SIM_STORE_PACE_NS): a pause of NS ns after each
-n8 column block's stores, so that a group's stores spread over the other group's main loop instead of coming as one
-burst on every SM at once (the timelines of similarity_probe.py --trace with TUNELAB_SIM_TRACE_KEYS=1).
+multicast each query slice, so L2 serves the queries half as often), timed with its own storeless build.
 
 With --l2 the same arms are timed again after each named preparation of L2 (_common.L2_STATES, CUDA events around
 each call, _common.time_after): "write" the protocol's flush again (a fill: L2 full of dirty lines), "read" a read of
@@ -34,9 +31,10 @@ What the stores cost beyond their policy (16-bit keys, packed 16-bit keys, bulk 
 run, one store a tile, the accumulators cleared late) was measured with this script at 83d9989, whose kernel held
 those variants (TUNELAB_SIM_KEY_STORE 5-9, TUNELAB_SIM_ZERO_LATE), and half the stores, a shuffle in place of each
 store and every store to one word at f548531 (8, 10-12), and the accumulators overwritten by each tile's first MMAs
-instead of cleared at 6d95941 (TUNELAB_SIM_SCALE_D0); ptx.cuh keeps the figures
-(results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json, _scale_d0_h200.json and their
-neighbours).
+instead of cleared at 6d95941 (TUNELAB_SIM_SCALE_D0), and the stores paced (a pause after each n8 column block's, so
+that they spread over the other group's main loop) at 64584de (TUNELAB_SIM_STORE_PACE_NS, its --pace); ptx.cuh keeps
+the figures (results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json, _scale_d0_h200.json,
+_l2_h200.json, _pace_h200.json, _cluster_h200.json and their neighbours).
 """
 from __future__ import annotations
 
@@ -45,9 +43,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, int_list_in,  # noqa: E402
-                     kernel_variant, l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu,
-                     write_result)
+from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, kernel_variant,  # noqa: E402
+                     l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu, write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
 VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
@@ -89,9 +86,6 @@ def main() -> int:
     ap.add_argument("--tag", default="")
     ap.add_argument("--variants", type=parse_variants, default=list(VARIANTS), metavar="NAME,...",
                     help=f"from {', '.join(VARIANTS)} (plain is always run: the reference)")
-    ap.add_argument("--pace", type=int_list_in(1, 100_000, "ns a pause"), default=[], metavar="NS,...",
-                    help="also the plain stores paced (topk.cuh TUNELAB_SIM_STORE_PACE_NS: a pause of NS ns after each "
-                         "n8 column block's stores but on the block's last tile), an arm 'paceNS' each")
     ap.add_argument("--arm", type=parse_arm, action="append", default=[], metavar="NAME:KEY=VALUE,...",
                     help="also the dense default with these config entries replaced (plain stores; repeatable), with "
                          "its own storeless build as the reference of its stores' cost, e.g. c2:CLUSTER=2")
@@ -113,7 +107,6 @@ def main() -> int:
     if unknown:
         ap.error(f"--arm: config keys {unknown} unknown; the dense config has {', '.join(cfg)}")
     builds = {name: {"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])} for name in args.variants}
-    builds.update({f"pace{ns}": {"TUNELAB_SIM_STORE_PACE_NS": str(ns)} for ns in args.pace})
     preps = {}
     for name, defines in builds.items():
         with kernel_variant(defines=defines):

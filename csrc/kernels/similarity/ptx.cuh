@@ -70,8 +70,14 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // its store 27.5. Not the bytes, sectors, footprint or count of the stores, then, nor the memory-pipe instructions;
 // ncu's warp samples spread the extra time over the same mbarrier waits as without stores. Nor a hazard on the
 // accumulators the stores read: each tile's first MMAs overwriting them (scale-d 0, 6d95941's TUNELAB_SIM_SCALE_D0)
-// instead of mma.zero() took 33.9 against 33.4 (results/similarity_key_stores_scale_d0_h200.json). The README has
-// the rest.
+// instead of mma.zero() took 33.9 against 33.4 (results/similarity_key_stores_scale_d0_h200.json). Nor the write-back
+// of the dirty lines the protocol's flush leaves: the stores cost 6.2 us after it, 5.0 after a clean flush and 4.8
+// back to back (results/similarity_key_stores_l2_h200.json), and ncu counts 1.3 MB more DRAM writes with them
+// (ncu_similarity_wb_*_h200.txt). Where they cost (timelines, topk.cuh TUNELAB_SIM_TRACE_KEYS): a group's epilogue of
+// 104 stores a thread takes 2.6 us, the other group's main loop meanwhile 8.5-9.5 us instead of 5.9-6.7, and the
+// block's last epilogue (1.8 us) is exposed. Spreading the stores over the other group's main loop (a pause after each
+// n8 column block's, 64584de) leaves that main loop as slow (results/similarity_key_stores_pace_h200.json), and so do
+// thread-block clusters that halve or quarter L2's query reads (_cluster_h200.json). The README has the rest.
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif

@@ -703,19 +703,12 @@ struct TopkBlock {
 #else
   static constexpr bool kTrace = false;
 #endif
-// An experiment (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense search's
-// diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the timeline shows
-// where the stores' time goes.
+// TUNELAB_SIM_TRACE_KEYS=1 (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense
+// search's diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the
+// timelines show where the stores' time goes (README, "Where the stores' time goes").
 #ifndef TUNELAB_SIM_TRACE_KEYS
 #define TUNELAB_SIM_TRACE_KEYS 0
 #endif
-// An experiment (benchmarks/similarity_key_stores.py --pace NS): the dense epilogue sleeps NS ns after each n8 column
-// block's stores (13 at BLOCK_Q = 104), spreading the stores over the other group's main loop instead of a burst on
-// every SM at once, except on the block's last tile, whose epilogue nothing overlaps.
-#ifndef TUNELAB_SIM_STORE_PACE_NS
-#define TUNELAB_SIM_STORE_PACE_NS 0
-#endif
-  bool pace_stores = false;  // TUNELAB_SIM_STORE_PACE_NS: this tile is not the block's last
   int trace_turn = 0;  // this tile group's turn (the epilogue's events)
   // This block's timeline in the candidate-key buffer: kTraceSlots u64 stamps, then as many clock64 values.
   __device__ __forceinline__ unsigned long long* trace_slots() const {
@@ -1221,7 +1214,6 @@ struct TopkBlock {
             if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h])
               store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
       }
-      if (TUNELAB_SIM_STORE_PACE_NS > 0 && pace_stores) spin_pause_ns(TUNELAB_SIM_STORE_PACE_NS);
     }
   }
 
@@ -2235,7 +2227,6 @@ struct TopkBlock {
         wg::fence_operands(mma.acc);
         release((it - 1) % Tr::kStages);
         trace_turn_event(1);
-        pace_stores = tile + 1 < tile_end;
         epilogue(mma, tile, turn == 0);
         trace_turn_event(3);
         mma.zero();
