@@ -229,18 +229,24 @@ FIRST_STEPS = ("maxima", "bounds", "words", "wait", "stage", "count", "append")
 FILTER_WARP_STEPS = ("dump_and_raise", "hold_and_release", "stage_and_append")
 
 
-def block_timeline(launch, cand_key, blocks: int, merge: int | None = None) -> dict:
+def block_timeline(launch, cand_key, blocks: int, merge: int | None = None, keys_kept: bool = False) -> dict:
     """Run a trace build's search once after an L2 flush (the timer's protocol) and decode every block's events:
     per event the median, min and max over blocks in us from the earliest block entry; per tile group turn the
     median durations (main loop, epilogue, and for thread lists its bound pass + pre-check and queue insertion; a
     dense search's epilogue stamps no pre-check: None) in us; the kernel's span. The first-tile step slots are
-    decoded as the config's MERGE writes them: each group's MERGE=6 steps, or (MERGE=7) the filter warps'."""
+    decoded as the config's MERGE writes them: each group's MERGE=6 steps, or (MERGE=7) the filter warps'.
+    ``keys_kept``: the dense search's build stores its keys too (TUNELAB_SIM_TRACE_KEYS=1), all but query 0's, so
+    the timelines must fit in that first row of the key matrix."""
     import numpy as np
     import torch
 
     from tunelab.timing import time_callable
 
     need = blocks * 2 * TRACE_SLOTS * 8
+    if keys_kept and cand_key[0].numel() * 4 < need:
+        raise SystemExit(f"--trace with TUNELAB_SIM_TRACE_KEYS: the {blocks} blocks' timelines take {need} bytes, more "
+                         f"than the key matrix's first row ({cand_key[0].numel() * 4} bytes), which the stores leave "
+                         f"them; trace a larger N (at least {-(-need // 4)} rows) or leave the macro out")
     if cand_key.numel() * 4 < need:
         raise SystemExit(f"--trace: a block's timeline takes {2 * TRACE_SLOTS * 8} bytes of the candidate-key buffer, "
                          f"which holds {cand_key.numel() * 4} bytes for {blocks} blocks (nq * k * 4 per split); "
@@ -487,7 +493,9 @@ def probe(args, defines: dict[str, str], error) -> int:
                 launch = p_search
                 rows.append({"nq": nq, "n": n, "variant": name, "config": cfg, "splits": plan["splits"],
                              "tiles_per_split": plan["tiles_per_split"],
-                             **block_timeline(launch, ck, plan["q_tiles"] * plan["splits"], cfg["MERGE"])})
+                             **block_timeline(launch, ck, plan["q_tiles"] * plan["splits"], cfg["MERGE"],
+                                              keys_kept=cfg["MERGE"] == S.MERGE_DENSE
+                                              and defines.get("TUNELAB_SIM_TRACE_KEYS", "0") != "0")})
                 print_timeline(rows[-1])
                 continue
             if args.ncu:
