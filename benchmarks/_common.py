@@ -32,6 +32,20 @@ def int_list_in(lo: int, hi: int, why: str):
     return parse
 
 
+def int_in(lo: int, hi: int, why: str):
+    """argparse type: one integer in lo..hi (``why`` says what the range is)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: pass an integer in {lo}..{hi} ({why})") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r}: outside {lo}..{hi} ({why}); pass a value in {lo}..{hi}")
+        return value
+
+    return parse
+
+
 def headers_dir(*required: str):
     """argparse type: a directory laid out as csrc/kernels with the headers of an A/B's before arm
     (:func:`kernel_variant`'s ``headers``), holding each of ``required`` (paths inside it), or any header."""
@@ -190,9 +204,9 @@ def l2_preparations(reader) -> dict:
 def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, rounds: int, samples: int) -> dict:
     """CUDA events around each call of ``fns[name]`` after ``preparations[state]`` (l2_preparations()), for each
     (state, name) of ``plan``: every pair once untimed (warm-up, compiles), then ``rounds`` rounds over the plan of
-    ``samples`` consecutive samples each. A callable is a Python one (no arguments, it launches on the current
-    stream) or a prepared launch (given the current stream), as for tunelab.timing.time_callable. Returns
-    (state, name) -> µs array."""
+    one untimed call and ``samples`` consecutive samples each. A callable is a Python one (no arguments, it launches
+    on the current stream) or a prepared launch (given the current stream), as for tunelab.timing.time_callable.
+    Returns (state, name) -> µs array."""
     import torch
 
     from tunelab import _core
@@ -206,6 +220,7 @@ def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, ro
     for _ in range(rounds):
         for state, name in plan:
             ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+            fns[name]()  # untimed: so that even the first "none" sample follows a call of the same callable
             for a, b in ev:
                 preparations[state]()
                 a.record()

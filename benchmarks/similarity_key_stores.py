@@ -43,8 +43,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, kernel_variant,  # noqa: E402
-                     l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu, write_result)
+from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, int_in,  # noqa: E402
+                     kernel_variant, l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu,
+                     write_result)
 
 NQ, N, D, K = 100, 50_000, 768, 10
 VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
@@ -64,15 +65,16 @@ def parse_arm(text: str) -> tuple[str, dict[str, int]]:
     """--arm ``NAME:KEY=VALUE[,KEY=VALUE...]`` -> (NAME, {KEY: int VALUE}): the dense default with these config
     entries replaced (the keys are checked against the config once it is known)."""
     name, sep, rest = text.partition(":")
+    name = name.strip()
     try:
         if not name or not sep or name in VARIANTS:
             raise ValueError
         over = {}
         for pair in rest.split(","):
-            key, eq, value = pair.strip().partition("=")
-            if not key or not eq:
+            key, eq, value = pair.partition("=")
+            if not key.strip() or not eq:
                 raise ValueError
-            over[key] = int(value)
+            over[key.strip()] = int(value)
         return name, over
     except ValueError:
         raise argparse.ArgumentTypeError(f"--arm {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...] with integer values "
@@ -91,7 +93,8 @@ def main() -> int:
                          "its own storeless build as the reference of its stores' cost, e.g. c2:CLUSTER=2")
     ap.add_argument("--l2", type=l2_states, default=[], metavar="STATE,...",
                     help=f"also time every arm after each of these preparations of L2 (of {', '.join(L2_STATES)})")
-    ap.add_argument("--l2-samples", type=int, default=15, help="samples a round and arm with --l2")
+    ap.add_argument("--l2-samples", type=int_in(1, 1000, "samples a round and arm"), default=15,
+                    metavar="N", help="samples a round and arm with --l2 (1..1000)")
     args = ap.parse_args()
     import torch
 

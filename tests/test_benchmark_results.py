@@ -60,12 +60,14 @@ def test_key_stores_variants_are_checked(load_benchmark):
 
 
 def test_key_stores_arms_are_checked(load_benchmark):
-    """similarity_key_stores.py --arm NAME:KEY=VALUE,... parses integer config entries and refuses a missing name,
-    a pair without '=', a non-integer value and a name that is one of the store variants, saying the form."""
+    """similarity_key_stores.py --arm NAME:KEY=VALUE,... parses integer config entries (spaces around the name, keys
+    and values allowed) and refuses a missing name, a pair without '=', a non-integer value and a name that is one of
+    the store variants, saying the form."""
     import argparse
 
     script = load_benchmark("similarity_key_stores")
     assert script.parse_arm("c2:CLUSTER=2, STAGES=5") == ("c2", {"CLUSTER": 2, "STAGES": 5})
+    assert script.parse_arm(" c2 :CLUSTER = 2") == ("c2", {"CLUSTER": 2})
     for bad in ("c2", ":CLUSTER=2", "x:CLUSTER", "x:CLUSTER=two", "plain:CLUSTER=2"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"expected NAME:KEY=VALUE\[,KEY=VALUE...\]"):
             script.parse_arm(bad)
@@ -73,7 +75,8 @@ def test_key_stores_arms_are_checked(load_benchmark):
 
 def test_l2_states_are_checked(load_benchmark):
     """--l2 (similarity_key_stores.py) takes states of _common.L2_STATES once each, in the order given, and names an
-    unknown one, and the accepted states, in its error; an empty list is refused too."""
+    unknown one, and the accepted states, in its error; an empty list is refused too. --l2-samples (int_in) takes
+    one integer in its range and says the range otherwise."""
     import argparse
 
     common = load_benchmark("_common")
@@ -83,6 +86,12 @@ def test_l2_states_are_checked(load_benchmark):
         common.l2_states("write,dirty")
     with pytest.raises(argparse.ArgumentTypeError, match=r"names no state; pass some of write, read, none"):
         common.l2_states(" , ")
+    samples = common.int_in(1, 1000, "samples a round and arm")  # --l2-samples
+    assert samples("15") == 15
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'0': outside 1..1000 \(samples a round and arm\)"):
+        samples("0")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'many': pass an integer in 1..1000"):
+        samples("many")
 
 
 def test_second_kernel_nops_compile_for_hopper_and_ampere(load_benchmark):
