@@ -81,6 +81,22 @@ def parse_arm(text: str) -> tuple[str, dict[str, int]]:
                                          f"and a NAME not among {', '.join(VARIANTS)}, e.g. c2:CLUSTER=2") from None
 
 
+def parse_macro_arm(text: str) -> tuple[str, dict[str, str]]:
+    """--macro ``NAME:MACRO=VALUE[,MACRO=VALUE...]`` -> (NAME, {MACRO: VALUE}): the dense default compiled with them."""
+    from tunelab.errors import ConfigError
+    from tunelab.kernel import parse_define
+
+    name, sep, rest = text.partition(":")
+    name = name.strip()
+    try:
+        if not name or not sep or name in VARIANTS:
+            raise ConfigError(f"no 'NAME:' before the macros, or a NAME among {', '.join(VARIANTS)}")
+        return name, dict(parse_define(pair.strip()) for pair in rest.split(","))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"--macro {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. "
+                                         f"s1:TUNELAB_SIM_STORE_NT=1 ({exc})") from None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
@@ -91,6 +107,9 @@ def main() -> int:
     ap.add_argument("--arm", type=parse_arm, action="append", default=[], metavar="NAME:KEY=VALUE,...",
                     help="also the dense default with these config entries replaced (plain stores; repeatable), with "
                          "its own storeless build as the reference of its stores' cost, e.g. c2:CLUSTER=2")
+    ap.add_argument("--macro", type=parse_macro_arm, action="append", default=[], metavar="NAME:MACRO=VALUE,...",
+                    help="also the dense default compiled with these macros (repeatable), e.g. "
+                         "s1:TUNELAB_SIM_STORE_NT=1")
     ap.add_argument("--l2", type=l2_states, default=[], metavar="STATE,...",
                     help=f"also time every arm after each of these preparations of L2 (of {', '.join(L2_STATES)})")
     ap.add_argument("--l2-samples", type=int_in(1, 1000, "samples a round and arm"), default=15,
@@ -110,6 +129,7 @@ def main() -> int:
     if unknown:
         ap.error(f"--arm: config keys {unknown} unknown; the dense config has {', '.join(cfg)}")
     builds = {name: {"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])} for name in args.variants}
+    builds.update(dict(args.macro))
     preps = {}
     for name, defines in builds.items():
         with kernel_variant(defines=defines):
