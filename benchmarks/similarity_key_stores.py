@@ -19,7 +19,8 @@ benchmarks/results/similarity_key_stores[_TAG].json; a table last.
                                                 [--l2 write,read,none] [--tag h200]
 
 --arm NAME:KEY=VALUE,... adds the dense default with those config entries replaced (e.g. c2:CLUSTER=2: two blocks
-multicast each query slice, so L2 serves the queries half as often), timed with its own storeless build.
+multicast each query slice, so L2 serves the queries half as often), timed with its own storeless build. --macro
+NAME:MACRO=VALUE,... adds the dense default compiled with those macros (an experiment's, in the kernel for the run).
 
 With --l2 the same arms are timed again after each named preparation of L2 (_common.L2_STATES, CUDA events around
 each call, _common.time_after): "write" the protocol's flush again (a fill: L2 full of dirty lines), "read" a read of
@@ -31,10 +32,11 @@ What the stores cost beyond their policy (16-bit keys, packed 16-bit keys, bulk 
 run, one store a tile, the accumulators cleared late) was measured with this script at 83d9989, whose kernel held
 those variants (TUNELAB_SIM_KEY_STORE 5-9, TUNELAB_SIM_ZERO_LATE), and half the stores, a shuffle in place of each
 store and every store to one word at f548531 (8, 10-12), and the accumulators overwritten by each tile's first MMAs
-instead of cleared at 6d95941 (TUNELAB_SIM_SCALE_D0), and the stores paced (a pause after each n8 column block's, so
-that they spread over the other group's main loop) at 64584de (TUNELAB_SIM_STORE_PACE_NS, its --pace); ptx.cuh keeps
-the figures (results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json, _scale_d0_h200.json,
-_l2_h200.json, _pace_h200.json, _cluster_h200.json and their neighbours).
+instead of cleared at 6d95941 (TUNELAB_SIM_SCALE_D0), the stores paced (a pause after each n8 column block's, so that
+they spread over the other group's main loop) at 64584de (TUNELAB_SIM_STORE_PACE_NS, its --pace), and only the first
+S n8 column blocks' keys stored at d6f2d0f (--macro s1:TUNELAB_SIM_STORE_NT=1 --macro s4:TUNELAB_SIM_STORE_NT=4);
+ptx.cuh keeps the figures (results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json,
+_scale_d0_h200.json, _l2_h200.json, _pace_h200.json, _cluster_h200.json, _count_h200.json and their neighbours).
 """
 from __future__ import annotations
 
@@ -94,7 +96,7 @@ def parse_macro_arm(text: str) -> tuple[str, dict[str, str]]:
         return name, dict(parse_define(pair.strip()) for pair in rest.split(","))
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(f"--macro {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. "
-                                         f"s1:TUNELAB_SIM_STORE_NT=1 ({exc})") from None
+                                         f"cs2:TUNELAB_SIM_KEY_STORE=2 ({exc})") from None
 
 
 def main() -> int:
@@ -109,7 +111,7 @@ def main() -> int:
                          "its own storeless build as the reference of its stores' cost, e.g. c2:CLUSTER=2")
     ap.add_argument("--macro", type=parse_macro_arm, action="append", default=[], metavar="NAME:MACRO=VALUE,...",
                     help="also the dense default compiled with these macros (repeatable), e.g. "
-                         "s1:TUNELAB_SIM_STORE_NT=1")
+                         "cs2:TUNELAB_SIM_KEY_STORE=2")
     ap.add_argument("--l2", type=l2_states, default=[], metavar="STATE,...",
                     help=f"also time every arm after each of these preparations of L2 (of {', '.join(L2_STATES)})")
     ap.add_argument("--l2-samples", type=int_in(1, 1000, "samples a round and arm"), default=15,

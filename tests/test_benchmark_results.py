@@ -62,7 +62,7 @@ def test_key_stores_variants_are_checked(load_benchmark):
 def test_key_stores_arms_are_checked(load_benchmark):
     """similarity_key_stores.py --arm NAME:KEY=VALUE,... parses integer config entries (spaces around the name, keys
     and values allowed) and refuses a missing name, a pair without '=', a non-integer value and a name that is one of
-    the store variants, saying the form."""
+    the store variants, saying the form; --macro NAME:MACRO=VALUE,... alike for macros."""
     import argparse
 
     script = load_benchmark("similarity_key_stores")
@@ -71,6 +71,11 @@ def test_key_stores_arms_are_checked(load_benchmark):
     for bad in ("c2", ":CLUSTER=2", "x:CLUSTER", "x:CLUSTER=two", "plain:CLUSTER=2"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"expected NAME:KEY=VALUE\[,KEY=VALUE...\]"):
             script.parse_arm(bad)
+    # --macro NAME:MACRO=VALUE,...: the dense default compiled with the macros
+    assert script.parse_macro_arm("cs2: TUNELAB_SIM_KEY_STORE=2") == ("cs2", {"TUNELAB_SIM_KEY_STORE": "2"})
+    for bad in ("cs2", "plain:TUNELAB_SIM_KEY_STORE=2", "x:NOT A MACRO=1"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"expected NAME:MACRO=VALUE\[,MACRO=VALUE...\]"):
+            script.parse_macro_arm(bad)
 
 
 def test_l2_states_are_checked(load_benchmark):

@@ -77,7 +77,9 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // 104 stores a thread takes 2.6 us, the other group's main loop meanwhile 8.5-9.5 us instead of 5.9-6.7, and the
 // block's last epilogue (1.8 us) is exposed. Spreading the stores over the other group's main loop (a pause after each
 // n8 column block's, 64584de) leaves that main loop as slow (results/similarity_key_stores_pace_h200.json), and so do
-// thread-block clusters that halve or quarter L2's query reads (_cluster_h200.json). The README has the rest.
+// thread-block clusters that halve or quarter L2's query reads (_cluster_h200.json). The cost grows with the query
+// columns stored: the first 1 or 4 of the 13 n8 column blocks' keys alone cost 0.5 and 2.1 us (d6f2d0f,
+// _count_h200.json), while every column's with half the stores cost ~5.7 (above). The README has the rest.
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif

@@ -709,11 +709,6 @@ struct TopkBlock {
 #ifndef TUNELAB_SIM_TRACE_KEYS
 #define TUNELAB_SIM_TRACE_KEYS 0
 #endif
-// An experiment (benchmarks/similarity_key_stores.py --macro NAME:TUNELAB_SIM_STORE_NT=S): the dense epilogue stores
-// the keys of its first S n8 column blocks only (8 S stores a thread and tile of 104 at BLOCK_Q = 104; 0: all).
-#ifndef TUNELAB_SIM_STORE_NT
-#define TUNELAB_SIM_STORE_NT 0
-#endif
   int trace_turn = 0;  // this tile group's turn (the epilogue's events)
   // This block's timeline in the candidate-key buffer: kTraceSlots u64 stamps, then as many clock64 values.
   __device__ __forceinline__ unsigned long long* trace_slots() const {
@@ -1216,8 +1211,7 @@ struct TopkBlock {
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h] &&
-                (TUNELAB_SIM_STORE_NT == 0 || nt < TUNELAB_SIM_STORE_NT))
+            if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h])
               store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
       }
     }
