@@ -1,4 +1,4 @@
-"""Does the L2 policy of the dense search's key stores move the 50K / 100 time? (An experiment on MERGE=5.)
+"""What the dense search's key stores cost at 50K / 100, and what moves it (L2 policy, config, macros, L2 state).
 
 The dense search writes 20 MB of keys at N = 50K, nq = 100 (fp16, d = 768, k = 10) and on an H100 they cost it
 8 us (results/similarity_dense_parts_h100.json: 44.4 against 36.5 us without the stores). Each variant compiles
@@ -16,11 +16,12 @@ search alone and the search + select pair; plus the read-only kernel, the search
 benchmarks/results/similarity_key_stores[_TAG].json; a table last.
 
     python3 benchmarks/similarity_key_stores.py [--variants plain,cs,...] [--arm NAME:KEY=VALUE,...]
-                                                [--l2 write,read,none] [--tag h200]
+                                                [--macro NAME:MACRO=VALUE,...] [--l2 write,read,none] [--tag h200]
 
 --arm NAME:KEY=VALUE,... adds the dense default with those config entries replaced (e.g. c2:CLUSTER=2: two blocks
 multicast each query slice, so L2 serves the queries half as often), timed with its own storeless build. --macro
-NAME:MACRO=VALUE,... adds the dense default compiled with those macros (an experiment's, in the kernel for the run).
+NAME:MACRO=VALUE,... adds the dense default compiled with those macros (an experiment's, in the kernel for the run),
+whose stores' cost is taken over the plain build's storeless search.
 
 With --l2 the same arms are timed again after each named preparation of L2 (_common.L2_STATES, CUDA events around
 each call, _common.time_after): "write" the protocol's flush again (a fill: L2 full of dirty lines), "read" a read of
@@ -130,6 +131,10 @@ def main() -> int:
     unknown = sorted({k for _, over in args.arm for k in over} - set(cfg))
     if unknown:
         ap.error(f"--arm: config keys {unknown} unknown; the dense config has {', '.join(cfg)}")
+    names = list(args.variants) + [n for n, _ in args.macro] + [n for n, _ in args.arm]
+    if len(set(names)) < len(names):
+        ap.error(f"arm names {sorted({n for n in names if names.count(n) > 1})} given twice (--variants, --macro, "
+                 f"--arm share one namespace); give each arm its own name")
     builds = {name: {"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])} for name in args.variants}
     builds.update(dict(args.macro))
     preps = {}
