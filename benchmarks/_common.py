@@ -46,6 +46,55 @@ def int_in(lo: int, hi: int, why: str):
     return parse
 
 
+def names_in(choices, option: str, example: str):
+    """argparse type: a comma-separated list of ``choices`` (spaces allowed, each once, in the order given); an
+    unknown name, or none, is refused naming ``option``, the accepted names and ``example``."""
+    def parse(text: str) -> list[str]:
+        names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+        bad = [x for x in names if x not in choices]
+        if bad or not names:
+            what = f"{', '.join(map(repr, bad))} not among them" if bad else "it names none"
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected a comma-separated list of "
+                                             f"{', '.join(choices)}, e.g. {example} ({what})")
+        return names
+
+    return parse
+
+
+def named_pairs(option: str, form: str, example: str, pair, reserved=()):
+    """argparse type: ``NAME:KEY=VALUE[,KEY=VALUE...]`` -> (NAME, {KEY: VALUE}), ``pair`` parsing one ``KEY=VALUE``
+    (raising ValueError or tunelab's ConfigError with what is wrong; e.g. tunelab.kernel.parse_define for macros).
+    A missing NAME, a NAME among ``reserved`` and a bad pair are refused naming ``option``, ``form`` (the pairs'
+    form, e.g. "MACRO=VALUE"), the part that is wrong and ``example``."""
+    from tunelab.errors import ConfigError
+
+    def parse(text: str) -> tuple[str, dict]:
+        name, sep, rest = text.partition(":")
+        name = name.strip()
+        try:
+            if not name or not sep:
+                raise ValueError("no NAME: before the pairs")
+            if name in reserved:
+                raise ValueError(f"NAME {name!r} is taken by {', '.join(reserved)}; pick another")
+            return name, dict(pair(item.strip()) for item in rest.split(","))
+        except (ValueError, ConfigError) as exc:
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected NAME:{form}[,{form}...], e.g. {example} "
+                                             f"({exc})") from None
+
+    return parse
+
+
+def int_pair(text: str) -> tuple[str, int]:
+    """``KEY=INT`` (a config entry of :func:`named_pairs`) -> (KEY, int); ValueError naming the text otherwise."""
+    key, eq, value = text.partition("=")
+    try:
+        if key.strip() and eq:
+            return key.strip(), int(value)
+    except ValueError:
+        pass
+    raise ValueError(f"{text!r} is not KEY=INTEGER")
+
+
 def headers_dir(*required: str):
     """argparse type: a directory laid out as csrc/kernels with the headers of an A/B's before arm
     (:func:`kernel_variant`'s ``headers``), holding each of ``required`` (paths inside it), or any header."""
@@ -176,17 +225,8 @@ def corpus_reader():
 L2_STATES = ("write", "read", "none")
 
 
-def l2_states(text: str) -> list[str]:
-    """argparse type: comma-separated names of L2_STATES, e.g. "write,read"."""
-    names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
-    bad = [x for x in names if x not in L2_STATES]
-    if bad:
-        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(map(repr, bad))} not among {', '.join(L2_STATES)}; "
-                                         f"pass some of them, comma-separated")
-    if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names no state; pass some of {', '.join(L2_STATES)}, "
-                                         f"comma-separated")
-    return names
+#: argparse type of --l2: comma-separated names of L2_STATES
+l2_states = names_in(L2_STATES, "--l2", "write,read")
 
 
 def l2_preparations(reader) -> dict:

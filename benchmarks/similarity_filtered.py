@@ -50,8 +50,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (current_stream, draw_search_inputs, headers_dir, kernel_variant, warm_up_gpu,  # noqa: E402
-                     write_result)
+from _common import (current_stream, draw_search_inputs, headers_dir, kernel_variant, named_pairs,  # noqa: E402
+                     names_in, warm_up_gpu, write_result)
+from tunelab.kernel import parse_define  # noqa: E402
 from similarity_dense import K, Prepared, kernels_alone, time_all, variant_rows  # noqa: E402
 
 D = 768
@@ -95,31 +96,13 @@ def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
     return out
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, str]]:
-    """``NAME:MACRO=VALUE[,MACRO=VALUE...]`` (--variant) -> (NAME, {MACRO: VALUE})."""
-    from tunelab.errors import ConfigError
-    from tunelab.kernel import parse_define
-
-    name, sep, rest = text.partition(":")
-    try:
-        if not name or not sep:
-            raise ConfigError("no 'NAME:' before the macros")
-        return name, dict(parse_define(pair) for pair in rest.split(","))
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(
-            f"--variant {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. nowait:TUNELAB_SIM_FILTER_WAIT_NS=0 "
-            f"({exc})") from None
+#: --variant NAME:MACRO=VALUE,... -> (NAME, {MACRO: VALUE})
+parse_variant = named_pairs("--variant", "MACRO=VALUE", "nowait:TUNELAB_SIM_FILTER_WAIT_NS=0", parse_define)
 
 
 def parse_arms(text: str) -> tuple[str, ...]:
     """``ARM[,ARM...]`` (--variant-arms) -> the arms, each one of ARMS."""
-    arms = tuple(a.strip() for a in text.split(",") if a.strip())
-    bad = [a for a in arms if a not in ARMS]
-    if bad or not arms:
-        what = f"{', '.join(map(repr, bad))} is not one of them" if bad else "it names none"
-        raise argparse.ArgumentTypeError(f"--variant-arms {text!r}: expected a comma-separated list of arms from "
-                                         f"{', '.join(ARMS)}, e.g. dense,warps ({what})")
-    return arms
+    return tuple(names_in(ARMS, "--variant-arms", "dense,warps")(text))
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, str]]:

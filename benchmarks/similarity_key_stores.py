@@ -46,9 +46,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, int_in,  # noqa: E402
-                     kernel_variant, l2_preparations, l2_states, speedup, summarize, time_after, warm_up_gpu,
-                     write_result)
+from _common import (L2_STATES, corpus_reader, current_stream, draw_search_inputs, int_in, int_pair,  # noqa: E402
+                     kernel_variant, l2_preparations, l2_states, named_pairs, names_in, speedup, summarize,
+                     time_after, warm_up_gpu, write_result)
+from tunelab.kernel import parse_define  # noqa: E402
 
 NQ, N, D, K = 100, 50_000, 768, 10
 VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
@@ -56,48 +57,16 @@ VARIANTS = {"plain": 0, "evict_last": 1, "cs": 2, "evict_first": 3, "cg": 4}
 
 def parse_variants(text: str) -> list[str]:
     """--variants: comma-separated names of VARIANTS, plain first whether named or not (the reference)."""
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"--variants {text!r}: {', '.join(map(repr, unknown))} unknown; choose from "
-                                         f"{', '.join(VARIANTS)}")
-    return ["plain"] + [v for v in dict.fromkeys(names) if v != "plain"]
+    names = names_in(tuple(VARIANTS), "--variants", "plain,cs")(text)
+    return ["plain"] + [v for v in names if v != "plain"]
 
 
-def parse_arm(text: str) -> tuple[str, dict[str, int]]:
-    """--arm ``NAME:KEY=VALUE[,KEY=VALUE...]`` -> (NAME, {KEY: int VALUE}): the dense default with these config
-    entries replaced (the keys are checked against the config once it is known)."""
-    name, sep, rest = text.partition(":")
-    name = name.strip()
-    try:
-        if not name or not sep or name in VARIANTS:
-            raise ValueError
-        over = {}
-        for pair in rest.split(","):
-            key, eq, value = pair.partition("=")
-            if not key.strip() or not eq:
-                raise ValueError
-            over[key.strip()] = int(value)
-        return name, over
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--arm {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...] with integer values "
-                                         f"and a NAME not among {', '.join(VARIANTS)}, e.g. c2:CLUSTER=2") from None
-
-
-def parse_macro_arm(text: str) -> tuple[str, dict[str, str]]:
-    """--macro ``NAME:MACRO=VALUE[,MACRO=VALUE...]`` -> (NAME, {MACRO: VALUE}): the dense default compiled with them."""
-    from tunelab.errors import ConfigError
-    from tunelab.kernel import parse_define
-
-    name, sep, rest = text.partition(":")
-    name = name.strip()
-    try:
-        if not name or not sep or name in VARIANTS:
-            raise ConfigError(f"no 'NAME:' before the macros, or a NAME among {', '.join(VARIANTS)}")
-        return name, dict(parse_define(pair.strip()) for pair in rest.split(","))
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(f"--macro {text!r}: expected NAME:MACRO=VALUE[,MACRO=VALUE...], e.g. "
-                                         f"cs2:TUNELAB_SIM_KEY_STORE=2 ({exc})") from None
+#: --arm NAME:KEY=VALUE,... -> (NAME, {KEY: int VALUE}): the dense default with these config entries replaced (the
+#: keys are checked against the config once it is known)
+parse_arm = named_pairs("--arm", "KEY=VALUE", "c2:CLUSTER=2", int_pair, reserved=tuple(VARIANTS))
+#: --macro NAME:MACRO=VALUE,... -> (NAME, {MACRO: VALUE}): the dense default compiled with them
+parse_macro_arm = named_pairs("--macro", "MACRO=VALUE", "cs2:TUNELAB_SIM_KEY_STORE=2", parse_define,
+                              reserved=tuple(VARIANTS))
 
 
 def main() -> int:

@@ -21,15 +21,21 @@ def test_write_result_joins_the_tag_by_one_underscore(tmp_path, monkeypatch, loa
 
 def test_similarity_filtered_variant_arms_are_checked(load_benchmark):
     """similarity_filtered.py --variant-arms takes arms of the script's own (in the order given) and names a wrong
-    one, and the accepted arms, in its error."""
+    one, and the accepted arms, in its error; --variant reads NAME:MACRO=VALUE and says the form when the name is
+    missing."""
     import argparse
 
     script = load_benchmark("similarity_filtered")
     assert script.parse_arms("dense, warps") == ("dense", "warps")
-    with pytest.raises(argparse.ArgumentTypeError, match=r"fused, dense, filtered, warps.*'dens' is not one of them"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"fused, dense, filtered, warps.*'dens' not among them"):
         script.parse_arms("dens,warps")
     with pytest.raises(argparse.ArgumentTypeError, match="it names none"):
         script.parse_arms(",")
+    # --variant NAME:MACRO=VALUE,... (_common.named_pairs with the kernel's define syntax)
+    want = ("nowait", {"TUNELAB_SIM_FILTER_WAIT_NS": "0"})
+    assert script.parse_variant("nowait:TUNELAB_SIM_FILTER_WAIT_NS=0") == want
+    with pytest.raises(argparse.ArgumentTypeError, match=r"--variant 'nowait': expected NAME:MACRO=VALUE.*no NAME:"):
+        script.parse_variant("nowait")
 
 
 def test_similarity_filtered_shapes_are_checked(load_benchmark):
@@ -55,7 +61,8 @@ def test_key_stores_variants_are_checked(load_benchmark):
     script = load_benchmark("similarity_key_stores")
     assert script.parse_variants("cs, evict_first,cs") == ["plain", "cs", "evict_first"]
     assert script.parse_variants("cg,plain") == ["plain", "cg"]
-    with pytest.raises(argparse.ArgumentTypeError, match=r"'key16' unknown; choose from plain, evict_last, cs"):
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match=r"--variants 'cs,key16': expected .*plain, evict_last, cs.*'key16' not among them"):
         script.parse_variants("cs,key16")
 
 
@@ -87,9 +94,10 @@ def test_l2_states_are_checked(load_benchmark):
     common = load_benchmark("_common")
     assert common.l2_states("read, write,read") == ["read", "write"]
     assert common.l2_states("none") == ["none"]
-    with pytest.raises(argparse.ArgumentTypeError, match=r"'dirty' not among write, read, none"):
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match=r"--l2 'write,dirty': expected .*write, read, none.*'dirty' not among them"):
         common.l2_states("write,dirty")
-    with pytest.raises(argparse.ArgumentTypeError, match=r"names no state; pass some of write, read, none"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"write, read, none.*it names none"):
         common.l2_states(" , ")
     samples = common.int_in(1, 1000, "samples a round and arm")  # --l2-samples
     assert samples("15") == 15
