@@ -246,10 +246,9 @@ def l2_preparations(reader) -> dict:
 
 def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, rounds: int, samples: int) -> dict:
     """CUDA events around each call of ``fns[name]`` after ``preparations[state]`` (l2_preparations()), for each
-    (state, name) of ``plan``: every pair once untimed (warm-up, compiles), then ``rounds`` rounds over the plan of
-    one untimed call and ``samples`` consecutive samples each. A callable is a Python one (no arguments, it launches
-    on the current stream) or a prepared launch (given the stream current when time_after is called), as for
-    tunelab.timing.time_callable.
+    (state, name) of ``plan``: ``rounds`` rounds over the plan of one untimed call (warm-up) and ``samples``
+    consecutive samples each. A callable is a Python one (no arguments, it launches on the current stream) or a
+    prepared launch (given the stream current when time_after is called), as for tunelab.timing.time_callable.
     Returns (state, name) -> µs array."""
     import torch
 
@@ -257,15 +256,11 @@ def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, ro
 
     stream = current_stream()  # (one look-up, outside the timed calls)
     fns = {k: (lambda f=f: f(stream)) if isinstance(f, _core.PreparedLaunch) else f for k, f in fns.items()}
-    for state, name in plan:
-        preparations[state]()
-        fns[name]()
-    torch.cuda.synchronize()
     out = {key: [] for key in plan}
     for _ in range(rounds):
         for state, name in plan:
             ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
-            fns[name]()  # untimed: so that even the first "none" sample follows a call of the same callable
+            fns[name]()  # untimed: warm-up (and compiles), and the first "none" sample follows the same callable
             for a, b in ev:
                 preparations[state]()
                 a.record()

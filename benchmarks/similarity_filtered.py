@@ -66,6 +66,9 @@ QUICK_SHAPES = [(100, 50_000, "float16"), (1, 50_000, "float16"), (100, 50_000, 
 
 ARMS = ("fused", "dense", "filtered", "warps")  # the arms a --variant may compile again
 VARIANT_ARMS = ("filtered", "warps")  # those it compiles unless --variant-arms says otherwise
+#: the arms (by name prefix) whose answers must equal the dense search's bit for bit: the same main loop's keys and
+#: the same tie rule; the fused arms' running lists are another code path, compared and recorded only
+EXACT_ARMS = ("filtered", "warps", "dense-")
 
 
 def variants(nq: int, n: int, dtype: str, q, c, before: Path | None = None,
@@ -169,11 +172,10 @@ def main() -> int:
         for f in fns.values():
             f()
         torch.cuda.synchronize()
-        # every arm's answer against the dense search's; the filtered ones must equal it bit for bit (the same keys,
-        # the same tie rule), the fused ones are recorded (their fp32 running lists need not round alike)
+        # every arm's answer against the dense search's (EXACT_ARMS must equal it)
         equal = {a: bool(torch.equal(fns[a].indices, fns["dense"].indices)
                          and torch.equal(fns[a].scores, fns["dense"].scores)) for a in fns if a != "dense"}
-        same = all(v for a, v in equal.items() if a.startswith(("filtered", "warps", "dense-")))
+        same = all(v for a, v in equal.items() if a.startswith(EXACT_ARMS))
         fns = {"torch": torch_topk(q, c, K, "ip"), **fns}
         samples, graph = time_all(fns, budget_s=1.0 if args.quick else 2.0, rounds=5)
         row = {"nq": nq, "n": n, "d": D, "k": K, "dtype": dtype, "timer": "cuda_graph" if graph else "events",
@@ -209,7 +211,7 @@ def main() -> int:
         gain = r["variants"]["filtered"]["speedup_vs_dense"]
         ok = "" if r["filtered_equals_dense"] else "  MISMATCH"
         ok += "".join(f"  ({a} differs)" for a, v in r["answers_equal_dense"].items()
-                      if not v and not a.startswith(("filtered", "warps", "dense-")))
+                      if not v and not a.startswith(EXACT_ARMS))
         before = r.get("candidates_per_query_before")
         others = "".join(f" ({v['mean']:.0f} {name})" for name, v in r.get("candidates_per_query_variants", {}).items())
         print(f"{r['nq']:>4} {r['n']:>7} {r['dtype']:>8} {r['candidates_per_query']['mean']:7.0f}"
