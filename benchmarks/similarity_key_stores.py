@@ -94,8 +94,6 @@ def main() -> int:
     from tunelab.tuning.families.similarity import torch_topk
     from tunelab.tuning.family import next_pow2
 
-    clock = warm_up_gpu()
-    q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     cfg = sim.default_config(NQ, K, "float16", D, n=next_pow2(N))
     unknown = sorted({k for _, over in args.arm for k in over} - set(cfg))
     if unknown:
@@ -104,6 +102,8 @@ def main() -> int:
     if len(set(names)) < len(names):
         ap.error(f"arm names {sorted({n for n in names if names.count(n) > 1})} given twice (--variants, --macro, "
                  f"--arm share one namespace); give each arm its own name")
+    clock = warm_up_gpu()  # (the arguments are checked first: no GPU time for a typo)
+    q, c = draw_search_inputs(NQ, N, D, torch.float16, seed=1)
     builds = {name: {"TUNELAB_SIM_KEY_STORE": str(VARIANTS[name])} for name in args.variants}
     builds.update(dict(args.macro))
     preps = {}
