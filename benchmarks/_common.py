@@ -222,8 +222,8 @@ def corpus_reader():
 
 
 #: How L2 is left before each timed call (l2_preparations(), time_after()): "write" the protocol's flush (a buffer of
-#: tunelab.timing.l2_flush_bytes() filled: L2 full of dirty lines, each of which a later allocation must first write
-#: back to HBM), "read" a streaming read of that buffer (the same eviction, no dirty lines), "none" nothing (what the
+#: tunelab.timing.l2_flush_bytes() written: L2 full of dirty lines, each of which a later allocation must first write
+#: back to HBM), "read" a streaming read of such a buffer (the same eviction, no dirty lines), "none" nothing (what the
 #: previous call of the same callable left: back-to-back calls, as in an application's loop).
 L2_STATES = ("write", "read", "none")
 
@@ -233,41 +233,29 @@ l2_states = names_in(L2_STATES, "--l2", "write,read")
 
 
 def l2_preparations(reader) -> dict:
-    """State name -> a callable that leaves L2 so (L2_STATES) on the current stream. ``reader``: corpus_reader()'s
-    ``reader``, which reads the flush buffer for "read" (the callables hold the buffer)."""
+    """State name (L2_STATES) -> the keyword arguments of tunelab.timing.time_callable that leave L2 so before each
+    sample: "write" the protocol's own flush, "read" no flush but a read of a buffer of l2_flush_bytes() (``reader``:
+    corpus_reader()'s, as its ``prepare``; the prepared launch holds the buffer), "none" neither."""
     import torch
 
     from tunelab.timing import l2_flush_bytes
 
     buf = torch.empty(l2_flush_bytes() // 4, dtype=torch.int32, device="cuda")
-    read = reader(buf)
-    return {"write": lambda: buf.fill_(0x5A5A5A5A), "read": lambda: read(current_stream()), "none": lambda: None}
+    return {"write": {"flush_l2": True}, "read": {"flush_l2": False, "prepare": reader(buf)},
+            "none": {"flush_l2": False}}
 
 
 def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, rounds: int, samples: int) -> dict:
-    """CUDA events around each call of ``fns[name]`` after ``preparations[state]`` (l2_preparations()), for each
-    (state, name) of ``plan``: ``rounds`` rounds over the plan of one untimed call (warm-up) and ``samples``
-    consecutive samples each. A callable is a Python one (no arguments, it launches on the current stream) or a
-    prepared launch (given the stream current when time_after is called), as for tunelab.timing.time_callable.
-    Returns (state, name) -> µs array."""
-    import torch
+    """The core's timer (tunelab.timing.time_callable) over each (state, name) of ``plan``: ``fns[name]`` after
+    ``preparations[state]`` (l2_preparations()), in ``rounds`` rounds over the plan of one untimed call (warm-up;
+    the first "none" sample follows a call of the same callable) and ``samples`` samples each. A callable is a Python
+    one (no arguments, it launches on the current stream) or a prepared launch. Returns (state, name) -> µs array."""
+    from tunelab.timing import time_callable
 
-    from tunelab import _core
-
-    stream = current_stream()  # (one look-up, outside the timed calls)
-    fns = {k: (lambda f=f: f(stream)) if isinstance(f, _core.PreparedLaunch) else f for k, f in fns.items()}
     out = {key: [] for key in plan}
     for _ in range(rounds):
         for state, name in plan:
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
-            fns[name]()  # untimed: warm-up (and compiles), and the first "none" sample follows the same callable
-            for a, b in ev:
-                preparations[state]()
-                a.record()
-                fns[name]()
-                b.record()
-            torch.cuda.synchronize()
-            out[(state, name)].extend(a.elapsed_time(b) * 1e3 for a, b in ev)
+            out[(state, name)].extend(time_callable(fns[name], warmup=1, samples=samples, **preparations[state]))
     return {k: np.asarray(v) for k, v in out.items()}
 
 

@@ -23,9 +23,9 @@ multicast each query slice, so L2 serves the queries half as often), timed with 
 NAME:MACRO=VALUE,... adds the dense default compiled with those macros (an experiment's, in the kernel for the run),
 whose stores' cost is taken over the plain build's storeless search.
 
-With --l2 the same arms are timed again after each named preparation of L2 (_common.L2_STATES, CUDA events around
-each call, _common.time_after): "write" the protocol's flush again (a fill: L2 full of dirty lines), "read" a read of
-a buffer twice the L2 (the same eviction, no dirty lines), "none" back-to-back calls (the keys' lines of the previous
+With --l2 the same arms are timed again after each named preparation of L2 (_common.L2_STATES, the core's timer with
+its prepare hook, _common.time_after): "write" the protocol's own flush (L2 full of dirty lines), "read" a read of a
+buffer twice the L2 (the same eviction, no dirty lines), "none" back-to-back calls (the keys' lines of the previous
 call still in L2). What the stores cost after each (search minus the storeless search) says how much of it is the
 write-back of the dirty lines the protocol leaves, which every line the keys take must first evict.
 

@@ -131,25 +131,52 @@ def test_timer_median_agrees_with_torch_events(torch):
     assert via_callable == pytest.approx(theirs, rel=0.05)
 
 
+def _reader(torch, nbytes: int):
+    """A prepared read_sum over a new float tensor of ``nbytes`` (a multiple of 16), and the tensor."""
+    x = torch.randn(nbytes // 4, device="cuda")
+    k = tunelab.Kernel(READ, "read_sum", launch=lambda c, x, o, n: (264, 512))
+    return k.compile({}).prepare(x, torch.zeros(1, device="cuda"), nbytes // 16), x
+
+
+def _small_axpy(torch, n: int = 4096):
+    """A prepared axpy over two new float tensors of ``n`` (16 KB by default: a few microseconds), and the tensors."""
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    return _axpy_kernel().compile({"BLOCK": 256, "ITEMS": 1}).prepare(x, y, 1.0, n), x, y
+
+
 def test_l2_flush_visibly_changes_a_bandwidth_bound_kernel(torch):
     l2 = _core.device_info(0)["l2_bytes"]
     assert tunelab.timing.l2_flush_bytes() >= 2 * l2
-    n4 = (l2 // 4) // 16  # a quarter of L2: fits when warm
-    x = torch.randn(n4 * 4, device="cuda")
-    out = torch.zeros(1, device="cuda")
-    k = tunelab.Kernel(READ, "read_sum", launch=lambda c, x, o, n: (264, 512))
-    prepared = k.compile({}).prepare(x, out, n4)
+    prepared, x = _reader(torch, (l2 // 4) // 16 * 16)  # a quarter of L2: fits when warm
     warm = np.median(time_callable(prepared, samples=50, flush_l2=False))
     cold = np.median(time_callable(prepared, samples=50, flush_l2=True))
     assert cold > 1.2 * warm, f"flushed {cold:.2f} us vs warm {warm:.2f} us: the flush should evict the input"
 
 
+def test_prepare_runs_once_before_each_sample_and_is_not_timed(torch):
+    # prepare runs after the flush and before the first event: once a sample, not in warm-up, never in the samples.
+    prepared, x, y = _small_axpy(torch)
+    calls = []
+
+    def slow_prepare():  # ~1 ms of GPU time on the stream before each sample
+        calls.append(1)
+        torch.cuda._sleep(2_000_000)
+
+    plain = np.median(time_callable(prepared, warmup=3, samples=20))
+    after = time_callable(prepared, warmup=3, samples=20, prepare=slow_prepare)
+    assert len(calls) == 20
+    assert np.median(after) < plain + 100.0, (np.median(after), plain)
+    # A prepared launch as prepare: a read of a buffer twice the L2 evicts a quarter-L2 input without the flush.
+    read_small, small = _reader(torch, (_core.device_info(0)["l2_bytes"] // 4) // 16 * 16)
+    read_big, big = _reader(torch, tunelab.timing.l2_flush_bytes() // 16 * 16)
+    warm = np.median(time_callable(read_small, samples=50, flush_l2=False))
+    evicted = np.median(time_callable(read_small, samples=50, flush_l2=False, prepare=read_big))
+    assert evicted > 1.2 * warm, f"after a read of 2x L2 {evicted:.2f} us vs warm {warm:.2f} us"
+
+
 def test_graph_mode_times_microsecond_kernels(torch):
-    k = _axpy_kernel()
-    n = 4096
-    x = torch.randn(n, device="cuda")
-    y = torch.randn(n, device="cuda")
-    prepared = k.compile({"BLOCK": 256, "ITEMS": 1}).prepare(x, y, 1.0, n)
+    prepared, x, y = _small_axpy(torch)
     graph = time_callable(prepared, samples=30, cuda_graph=True, graph_launches=50)
     assert np.all(np.isfinite(graph)) and np.median(graph) > 0
     assert np.median(graph) < 20.0  # a 16 KB axpy is a few microseconds at most

@@ -75,6 +75,21 @@ def test_arguments_are_checked_against_the_signature_before_any_gpu_work():
         ck.pack([1, 2, 1.0, 4.5])
 
 
+def test_timer_arguments_are_checked_before_any_gpu_work():
+    # A prepare that cannot be called, and a bad fn, are refused by name before the timer touches a device, in
+    # Python (time_callable) and in the core's binding alike.
+    from tunelab import _core
+    from tunelab.errors import ConfigError
+    from tunelab.timing import time_callable
+
+    with pytest.raises(ConfigError, match=r"prepare must be a PreparedLaunch, a callable or None, got int"):
+        time_callable(lambda: None, samples=1, prepare=3)
+    with pytest.raises(ConfigError, match=r"fn must be a PreparedLaunch or a callable, got str"):
+        time_callable("kernel", samples=1)
+    with pytest.raises(ConfigError, match=r"prepare must be a PreparedLaunch or a callable, got int"):
+        _core.time_launches(lambda: None, 0, 0, 1, False, 0, 3)
+
+
 def test_signature_of_extern_c_kernel_comes_from_the_source():
     k = tunelab.Kernel('extern "C" __global__ void __launch_bounds__(128) plain(const float* __restrict__ x,'
                        ' unsigned long long n, double d) {}', "plain", launch=lambda c, *a: (1, 1))

@@ -328,25 +328,37 @@ PYBIND11_MODULE(_core, m) {
 
     // ------------------------------------------------------------------------------------------ timer
     m.def("time_launches", [](py::object fn, unsigned long long stream, int warmup, int samples, bool flush_l2,
-                              int graph_launches) {
+                              int graph_launches, py::object prepare) {
         TimerOptions opt;
         opt.warmup = warmup;
         opt.samples = samples;
         opt.flush_l2 = flush_l2;
         opt.graph_launches = graph_launches;
         CUstream s = reinterpret_cast<CUstream>(stream);
-        if (py::isinstance<PreparedLaunch>(fn)) {
-            auto prepared = fn.cast<std::shared_ptr<PreparedLaunch>>();
-            py::gil_scoped_release release;
-            return time_launches([prepared](CUstream st) { (*prepared)(st); }, s, opt);
+        // A Python callable launches on the current stream itself; it is called with no arguments, exactly where
+        // a prepared launch would be, so both are timed by the same loop.
+        auto as_launch = [](const py::object& f, const char* what) -> LaunchFn {
+            if (py::isinstance<PreparedLaunch>(f)) {
+                auto prepared = f.cast<std::shared_ptr<PreparedLaunch>>();
+                return [prepared](CUstream st) { (*prepared)(st); };
+            }
+            if (!PyCallable_Check(f.ptr()))
+                throw ConfigError(std::string(what) + " must be a PreparedLaunch or a callable, got " +
+                                  std::string(py::str(py::type::of(f).attr("__name__"))));
+            py::function callable = f.cast<py::function>();
+            return [callable](CUstream) { callable(); };
+        };
+        const LaunchFn launch = as_launch(fn, "fn");
+        const LaunchFn prep = prepare.is_none() ? LaunchFn() : as_launch(prepare, "prepare");
+        if (py::isinstance<PreparedLaunch>(fn) && (prepare.is_none() || py::isinstance<PreparedLaunch>(prepare))) {
+            py::gil_scoped_release release;  // no Python in the loop
+            return time_launches(launch, s, opt, prep);
         }
-        // A Python callable launches on the current stream itself; it is called with no arguments, exactly
-        // where a prepared launch would be, so both are timed by the same loop.
-        py::function callable = fn.cast<py::function>();
-        return time_launches([callable](CUstream) { callable(); }, s, opt);
+        return time_launches(launch, s, opt, prep);
     }, py::arg("fn"), py::arg("stream") = 0, py::arg("warmup") = 10, py::arg("samples") = 100,
-       py::arg("flush_l2") = true, py::arg("graph_launches") = 0,
-       "Time `fn` (a PreparedLaunch or a Python callable) with events; returns per-launch microseconds.");
+       py::arg("flush_l2") = true, py::arg("graph_launches") = 0, py::arg("prepare") = py::none(),
+       "Time `fn` (a PreparedLaunch or a Python callable) with events; returns per-launch microseconds. `prepare` (the "
+       "same kinds, or None) runs after each sample's flush, before its first event: untimed.");
     m.def("l2_flush_bytes", &l2_flush_bytes);
 
     for (auto& [name, fn] : bindings::registry()) fn(m);

@@ -46,7 +46,8 @@ struct Events {
 
 long long l2_flush_bytes() { return (long long)flush_buffer(ensure_context()).bytes; }
 
-std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const TimerOptions& opt) {
+std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const TimerOptions& opt,
+                                  const LaunchFn& prepare) {
     if (opt.samples < 1) throw ConfigError("samples = " + std::to_string(opt.samples) + " must be at least 1");
     if (opt.warmup < 0) throw ConfigError("warmup = " + std::to_string(opt.warmup) + " must be >= 0");
     if (opt.graph_launches < 0)
@@ -97,6 +98,7 @@ std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const
     Events events(size_t(2 * opt.samples));
     for (int s = 0; s < opt.samples; ++s) {
         do_flush();
+        if (prepare) prepare(stream);
         check(d.cuEventRecord(events.ev[2 * s], stream), "cuEventRecord");
         if (exec) check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");
         else launch(stream);

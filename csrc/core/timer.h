@@ -21,7 +21,11 @@ struct TimerOptions {
 
 using LaunchFn = std::function<void(CUstream)>;
 
-std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const TimerOptions& options);
+// `prepare`, when set, runs on the stream after each sample's flush (or in its place with flush_l2 off) and before
+// the first event, so it is never timed: what a caller wants the cache to hold, or not, when the launch starts
+// (e.g. a read over a buffer larger than L2: L2 evicted without the flush's dirty lines). Not run in warm-up.
+std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const TimerOptions& options,
+                                  const LaunchFn& prepare = LaunchFn());
 
 // Times the L2 flush alone, so callers can check that the flush does what it claims.
 long long l2_flush_bytes();
