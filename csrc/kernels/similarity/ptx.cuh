@@ -79,7 +79,9 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // n8 column block's, 64584de) leaves that main loop as slow (results/similarity_key_stores_pace_h200.json), and so do
 // thread-block clusters that halve or quarter L2's query reads (_cluster_h200.json). The cost grows with the query
 // columns stored: the first 1 or 4 of the 13 n8 column blocks' keys alone cost 0.5 and 2.1 us (d6f2d0f,
-// _count_h200.json), while every column's with half the stores cost ~5.7 (above). The README has the rest.
+// _count_h200.json), while every column's with half the stores cost ~5.7 (above). Nor the lines they touch: stored
+// fragment-native, a warp's 8-byte stores filling two whole lines (52 stores a thread), they cost 6.5 us as the default's
+// do, and tile-major (one contiguous region a tile) 5.8 (b4c9fd4, _layout_h200.json). The README has the rest.
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif
