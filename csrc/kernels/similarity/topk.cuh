@@ -1192,59 +1192,6 @@ struct TopkBlock {
     publish_bar();
   }
 
-#ifndef TUNELAB_SIM_KEY_LAYOUT
-#define TUNELAB_SIM_KEY_LAYOUT 0
-#endif
-#if TUNELAB_SIM_KEY_LAYOUT
-  // Experiment (benchmarks/similarity_key_stores.py --macro NAME:TUNELAB_SIM_KEY_LAYOUT=1|2): the same keys stored in
-  // another layout, to time the search only (the select reads the [nq][dense_ld] layout: its answers are wrong).
-  // 1: fragment-native, one 8-byte store a thread and (n8 block, row half): a warp writes 256 contiguous bytes
-  //    (two whole 128-byte lines) where the default's 4-byte store writes 32 bytes to each of four query rows;
-  // 2: tile-major, [tile][query][BN rows]: the default's stores, every tile's keys in one contiguous region.
-  // Block row q0 = 0 only (nq <= the block's queries), and no store of a partial last tile, so both regions fit in
-  // nq * dense_ld floats; 1 stores an n8 block with padding columns (past nq) in the default layout, past its region.
-  __device__ __forceinline__ void store_key_layout(const Mma& mma, const RowTerms& rt, int tile, int g, int t,
-                                                   unsigned long long pol) {
-    if (q0 != 0 || static_cast<long long>(tile + 1) * BN > p.n) return;
-#if TUNELAB_SIM_KEY_LAYOUT == 1
-    const int full = p.nq / 8;  // whole n8 column blocks
-    float* region = p.cand_key + static_cast<long long>(tile) * BN * (full * 8);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int cb = query_col(nt, 0, 0) / 8;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float k0 = key_raw(mma, rt, mt, nt, h, 0), k1 = key_raw(mma, rt, mt, nt, h, 1);
-          if (cb < full) {
-            float* dst = region + (cb * (BN / 8) + row_of(mt, h, 0) / 8) * 64 + g * 8 + 2 * t;
-            asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(k0), "f"(k1) : "memory");
-          } else {
-            const int col = query_col(nt, 0, t);
-            float* dst = p.cand_key + static_cast<long long>(col) * p.dense_ld + static_cast<long long>(tile) * BN +
-                         row_of(mt, h, g);
-            if (col < p.nq) store_key(dst, k0, pol);
-            if (col + 1 < p.nq) store_key(dst + p.dense_ld, k1, pol);
-          }
-        }
-    }
-#else
-    float* region = p.cand_key + static_cast<long long>(tile) * BN * p.nq;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = query_col(nt, e, t);
-        if (col >= p.nq) continue;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) store_key(region + col * BN + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
-      }
-#endif
-  }
-#endif
   // MERGE=5: every key of the tile (metric applied) to the dense key matrix, [nq][dense_ld], at column tile row
   // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
   // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
@@ -1253,10 +1200,6 @@ struct TopkBlock {
     const RowTerms rt = row_terms(tile);
     const unsigned long long pol = key_store_policy();
     float* base = p.cand_key + static_cast<long long>(tile) * BN;
-#if TUNELAB_SIM_KEY_LAYOUT
-    store_key_layout(mma, rt, tile, g, t, pol);
-    return;
-#endif
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
