@@ -104,6 +104,28 @@ def test_put_result_from_confirmed_run(cache, toy_replay_path, toy_family):
     assert e["verdict"] == r.verdict and e["speedup"]["against"] == "reference_lib"
 
 
+def test_a_problem_callable_is_made_only_on_a_miss(cache, monkeypatch):
+    """An op on its per-call path hands resolve() a callable for the store's problem: it is called when the config
+    is looked up in the store, not on the cached calls after (similarity's resolve_config)."""
+    from tunelab.ops import dispatch
+    from tunelab.tuning.family import get_family
+
+    monkeypatch.setattr(dispatch, "device_name", lambda index: "NVIDIA H200")
+    made = []
+
+    def resolve():
+        return dispatch.resolve("attention", 0, lambda: made.append(1) or attn(512), ("test-op", 512), adapt=dict,
+                                default=lambda: {"BLOCK_M": 16})
+
+    store.put(entry(attn(512), {"BLOCK_M": 128}, source_hash=get_family("attention").source_hash()))
+    dispatch.clear_caches()
+    try:
+        assert resolve() == ({"BLOCK_M": 128}, "store") and len(made) == 1  # the stored entry, for that problem
+        assert resolve() == ({"BLOCK_M": 128}, "store") and len(made) == 1  # cached: the problem is not made again
+    finally:
+        dispatch.clear_caches()
+
+
 def test_ops_see_a_store_write_made_in_the_same_process(cache, monkeypatch):
     """An op resolved before ``tune()`` (or ``tunelab import``) stored a config uses the stored one afterwards,
     with no ``clear_caches()`` call; between writes the resolved config stays cached."""

@@ -930,8 +930,16 @@ def compile_gram(config: Mapping[str, Any], *, dtype: str = "complex64", symmetr
 
 
 # ------------------------------------------------------------------------------------------------ validation
+_DTYPE_NAMES: dict = {}
+
+
 def _dtype_name(t) -> str:
-    return str(t.dtype).replace("torch.", "")
+    """torch's name of ``t``'s dtype without the module ("float16"), memoized per dtype: on every call's path."""
+    dtype = t.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES.setdefault(dtype, str(dtype).replace("torch.", ""))
+    return name
 
 
 def validate_search_inputs(queries, corpus, k, metric):
@@ -953,31 +961,34 @@ def validate_search_inputs(queries, corpus, k, metric):
     if not queries.is_cuda:
         raise InputError(f"queries are on {queries.device}; similarity_search runs on a GPU: move them with .cuda() "
                          "(the corpus may stay in host memory: it is then streamed)")
-    if corpus.is_cuda and corpus.device != queries.device:
-        raise InputError(f"queries are on {queries.device} but the corpus is on {corpus.device}; put both on one GPU "
-                         "or keep the corpus in host memory")
-    if corpus.device.type not in ("cuda", "cpu"):
+    # (each attribute read once: this runs on every call, and a tensor's attribute costs ~0.1-0.4 us)
+    if corpus.is_cuda:
+        if corpus.get_device() != queries.get_device():
+            raise InputError(f"queries are on {queries.device} but the corpus is on {corpus.device}; put both on one "
+                             "GPU or keep the corpus in host memory")
+    elif corpus.device.type != "cpu":
         raise InputError(f"corpus is on {corpus.device}; pass a CUDA or a CPU tensor")
-    for name, t in (("queries", queries), ("corpus", corpus)):
-        if _dtype_name(t) not in DTYPE_CODES:
-            raise InputError(f"{name} has dtype {_dtype_name(t)}; accepted dtypes are {list(DTYPE_CODES)}")
-    if queries.dtype != corpus.dtype:
-        raise InputError(f"queries ({_dtype_name(queries)}) and corpus ({_dtype_name(corpus)}) must have the same "
-                         "dtype; convert one with .to()")
-    if queries.shape[1] != corpus.shape[1]:
-        raise InputError(f"dimension mismatch: queries have d={queries.shape[1]}, the corpus d={corpus.shape[1]}")
-    if queries.shape[1] == 0:
+    names = (_dtype_name(queries), _dtype_name(corpus))
+    for name, dt in zip(("queries", "corpus"), names):
+        if dt not in DTYPE_CODES:
+            raise InputError(f"{name} has dtype {dt}; accepted dtypes are {list(DTYPE_CODES)}")
+    if names[0] != names[1]:
+        raise InputError(f"queries ({names[0]}) and corpus ({names[1]}) must have the same dtype; convert one with "
+                         ".to()")
+    (nq, d), (n, dc) = queries.shape, corpus.shape
+    if d != dc:
+        raise InputError(f"dimension mismatch: queries have d={d}, the corpus d={dc}")
+    if d == 0:
         raise InputError("d=0: vectors must have at least one component")
-    for name, t in (("queries", queries), ("corpus", corpus)):
-        if t.shape[1] > 1 and t.stride(1) != 1:
-            raise InputError(f"{name} rows are not contiguous (strides {tuple(t.stride())}); the last dimension must "
-                             f"have stride 1: call .contiguous() on {name}")
-        if t.shape[0] > 1 and t.stride(0) < t.shape[1]:
-            raise InputError(f"{name} rows overlap (row stride {t.stride(0)} < d={t.shape[1]}, e.g. an expanded "
-                             f"tensor); call .contiguous() on {name}")
+    for name, rows, (row_stride, stride) in (("queries", nq, queries.stride()), ("corpus", n, corpus.stride())):
+        if d > 1 and stride != 1:
+            raise InputError(f"{name} rows are not contiguous (strides {(row_stride, stride)}); the last dimension "
+                             f"must have stride 1: call .contiguous() on {name}")
+        if rows > 1 and row_stride < d:
+            raise InputError(f"{name} rows overlap (row stride {row_stride} < d={d}, e.g. an expanded tensor); call "
+                             f".contiguous() on {name}")
     if not isinstance(k, int) or isinstance(k, bool):
         raise InputError(f"k={k!r} must be an int (1 <= k <= N)")
-    n = corpus.shape[0]
     if k < 1:
         raise InputError(f"k={k} must be >= 1 (and at most N={n}, the corpus rows)")
     if k > n:
@@ -1003,8 +1014,8 @@ def resolve_config(device_index: int, *, nq: int, n: int, d: int, k: int, dtype:
     keys on them and on the store bucket's n."""
     from tunelab.tuning.family import next_pow2
 
-    return _dispatch.resolve(  # the arch is looked up only on a cache miss, inside the callables
-        "similarity", device_index, problem_of(nq, n, d, k, dtype, metric),
+    return _dispatch.resolve(  # the problem and the arch are made only on a cache miss, inside the callables
+        "similarity", device_index, lambda: problem_of(nq, n, d, k, dtype, metric),
         ("search", int(nq), next_pow2(n), int(d), int(k), dtype, metric),
         lambda found: fit_config(found, k, dtype, smem_limit(_arch(device_index)), metric),
         lambda: default_config(nq, k, dtype, d, arch=_arch(device_index), n=next_pow2(n)))
@@ -1076,17 +1087,21 @@ def _remember(cache: dict, key: tuple, value):
     return value
 
 
-def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool, splits: int | None = None):
+def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool, splits: int | None = None,
+                dev: int | None = None, dt: str | None = None):
     import torch
 
-    dev = _device_index(queries)
-    dt = _dtype_name(queries)
+    dev = _device_index(queries) if dev is None else dev
+    dt = _dtype_name(queries) if dt is None else dt
     nq, d = queries.shape
     n = corpus.shape[0]
     if needs_padding(DTYPE_CODES[dt], d):
         queries, corpus = _pad_d(queries, d + 1), _pad_d(corpus, d + 1)
         d += 1
-    queries, corpus = _row_strided(queries), _row_strided(corpus)
+    if nq == 1:
+        queries = _row_strided(queries)
+    if n == 1:
+        corpus = _row_strided(corpus)
     qp, cp, qs, cs = queries.data_ptr(), corpus.data_ptr(), queries.stride(0), corpus.stride(0)
     shape_key = (dev, tuple(cfg.items()), explicit, dt, metric, nq, n, d, k, splits, qs, cs, (qp | cp) & 15)
     shape = _SEARCH_SHAPES.get(shape_key)
@@ -1095,16 +1110,17 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
         compiled = compile_search(fitted, dtype=dt, metric=metric, arch=_arch(dev))
         shape = _remember(_SEARCH_SHAPES, shape_key, (compiled, compiled.plan(dev, nq, n, k, splits)))
     compiled, plan = shape
-    cand_key, cand_idx = compiled.candidate_buffers(plan, nq, n, k, queries.device)
-    scores = torch.empty((nq, k), dtype=torch.float32, device=queries.device)
-    indices = torch.empty((nq, k), dtype=torch.int64, device=queries.device)
+    device = queries.device
+    cand_key, cand_idx = compiled.candidate_buffers(plan, nq, n, k, device)
+    scores = torch.empty((nq, k), dtype=torch.float32, device=device)
+    indices = torch.empty((nq, k), dtype=torch.int64, device=device)
     launch_key = (shape_key, qp, cp, cand_key.data_ptr(), 0 if cand_idx is None else cand_idx.data_ptr(),
                   scores.data_ptr(), indices.data_ptr())
     launches = _SEARCH_LAUNCHES.get(launch_key)
     if launches is None:
         launches = _remember(_SEARCH_LAUNCHES, launch_key,
                              compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan))
-    stream = current_stream(queries.device)
+    stream = current_stream(device)
     for launch in launches:  # the search, then the merge of its candidates
         launch(stream)
     return scores, indices
@@ -1139,7 +1155,7 @@ def _run_search(queries, corpus, k: int, metric: str, config: str, memory_fracti
     else:
         cfg, _ = resolve_config(dev, nq=nq, n=n, d=d, k=k, dtype=dt, metric=metric)
     if corpus.is_cuda and memory_budget <= 0 and chunk_rows <= 0:
-        return _search_gpu(queries, corpus, k, metric, cfg, explicit)
+        return _search_gpu(queries, corpus, k, metric, cfg, explicit, dev=dev, dt=dt)
     from tunelab.ops.streaming import search_streamed
 
     return search_streamed(queries, corpus, k, metric=metric, config=cfg, explicit=explicit,
