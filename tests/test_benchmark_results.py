@@ -1,6 +1,7 @@
 """The benchmark scripts on the CPU: their result files (benchmarks/_common.write_result: one naming rule for
 every --tag) and their arguments."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +84,27 @@ def test_key_stores_arms_are_checked(load_benchmark):
     for bad in ("cs2", "plain:TUNELAB_SIM_KEY_STORE=2", "x:NOT A MACRO=1"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"expected NAME:MACRO=VALUE\[,MACRO=VALUE...\]"):
             script.parse_macro_arm(bad)
+
+
+def test_op_host_ab_overlay_puts_the_before_files_in_place(load_benchmark, tmp_path):
+    """similarity_op_host_ab.py --before DIR: DIR's files (laid out as the package) replace the installed ones in a
+    copy of the package, the rest is left as installed, and a file that replaces nothing, or an empty DIR, is refused
+    by name before any GPU work."""
+    import tunelab
+
+    script = load_benchmark("similarity_op_host_ab")
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "dispatch.py").write_text("MARK = 1\n")
+    root = script.overlay(tmp_path)
+    assert (root / "tunelab" / "ops" / "dispatch.py").read_text() == "MARK = 1\n"
+    installed = Path(tunelab.__file__).parent / "ops" / "similarity.py"
+    assert (root / "tunelab" / "ops" / "similarity.py").read_text() == installed.read_text()
+    (tmp_path / "ops" / "nothing_here.py").write_text("")
+    with pytest.raises(SystemExit, match=r"nothing_here.py replaces nothing"):
+        script.overlay(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match=r"no files to put in place"):
+        script.overlay(tmp_path / "empty")
 
 
 def test_l2_states_are_checked(load_benchmark):
