@@ -10,10 +10,14 @@ itself: ``DIR/ops/similarity.py`` replaces ``tunelab/ops/similarity.py``), in al
 times, per shape, the wall clock of CALLS back-to-back calls REPEATS times (the GPU is synchronized before each) and
 keeps the smallest per-call figure. At 1 x 1024 the kernels take a few microseconds, so the figure is the host's;
 at 100 x 50K it is the larger of the host's and the kernels' (~41 us on an H200).
+With --no-gpu the processes time instead, on the CPU alone, the two steps of the host path that need no GPU: the
+inputs' validation (validate_search_inputs, on tensors that report is_cuda) and the cached config resolution
+(resolve_config after its first call), best of 7 repeats of 20,000 calls each: host code timed on a CPU, which is
+what it runs on (not a GPU timing).
 Results: benchmarks/results/similarity_op_host_ab[_TAG].json (every round's figures, the medians over rounds and
 their ratio); a table last.
 
-    python3 benchmarks/similarity_op_host_ab.py --before DIR [--rounds 5] [--tag h200]
+    python3 benchmarks/similarity_op_host_ab.py --before DIR [--rounds 5] [--no-gpu] [--tag h200]
 """
 from __future__ import annotations
 
@@ -59,6 +63,37 @@ print(json.dumps(out))
 """ % {"d": D, "k": K, "repeats": REPEATS, "calls": CALLS}
 
 
+# The same on the CPU: the validation and the cached config resolution, no GPU (a tensor subclass reports is_cuda;
+# torch-function dispatch of the subclass is switched off so that its attributes cost what a CUDA tensor's do).
+CHILD_NO_GPU = r"""
+import json, sys, timeit
+import torch
+from tunelab.ops import similarity as sim
+
+class CudaLike(torch.Tensor):
+    @property
+    def is_cuda(self):
+        return True
+
+    def get_device(self):
+        return 0
+
+sim._dispatch.device_name = lambda index: "a GPU"
+sim._arch = lambda dev: "sm_90"
+out = {"module": sim.__file__}
+for nq, n in json.loads(sys.argv[2]):
+    q = torch.randn(nq, %(d)d).half().as_subclass(CudaLike)
+    c = torch.randn(n, %(d)d).half().as_subclass(CudaLike)
+    steps = {"validate": lambda: sim.validate_search_inputs(q, c, %(k)d, "ip"),
+             "resolve": lambda: sim.resolve_config(0, nq=nq, n=n, d=%(d)d, k=%(k)d, dtype="float16", metric="ip")}
+    steps["resolve"]()
+    with torch._C.DisableTorchFunctionSubclass():
+        for step, fn in steps.items():
+            out[f"{step} {nq}x{n}"] = min(timeit.repeat(fn, number=20000, repeat=7)) / 20000 * 1e6
+print(json.dumps(out))
+""" % {"d": D, "k": K}
+
+
 def overlay(before: Path) -> Path:
     """A copy of the installed tunelab package with ``before``'s files in place, in a new temporary directory
     (to put first on PYTHONPATH)."""
@@ -77,12 +112,12 @@ def overlay(before: Path) -> Path:
     return root
 
 
-def measure(pythonpath: Path | None) -> dict:
+def measure(pythonpath: Path | None, child: str) -> dict:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{env.get('PYTHONPATH', '')}"
     here = str(Path(__file__).resolve().parent)
-    run = subprocess.run([sys.executable, "-c", CHILD, here, json.dumps(SHAPES)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", child, here, json.dumps(SHAPES)], capture_output=True, text=True,
                          env=env, timeout=600)
     if run.returncode != 0:
         raise SystemExit(f"the timing process failed:\n{run.stderr[-3000:]}")
@@ -94,6 +129,8 @@ def main() -> int:
     ap.add_argument("--before", type=Path, required=True,
                     help="directory of the package files to time against the installed ones (laid out as tunelab/)")
     ap.add_argument("--rounds", type=int_in(1, 50, "rounds of both versions"), default=5, help="rounds of both versions (5)")
+    ap.add_argument("--no-gpu", action="store_true",
+                    help="time the validation and the cached config resolution on the CPU instead (no GPU needed)")
     ap.add_argument("--tag", help="suffix of the result file's name")
     args = ap.parse_args()
     if not args.before.is_dir():
@@ -103,22 +140,23 @@ def main() -> int:
     for r in range(args.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
         for arm in order:
-            got = measure(old if arm == "before" else None)
+            got = measure(old if arm == "before" else None, CHILD_NO_GPU if args.no_gpu else CHILD)
             rounds[arm].append(got)
             print(f"round {r + 1}/{args.rounds} {arm:>6}: " + ", ".join(
                 f"{s} {got[s]:.1f} us" for s in got if s != "module"), flush=True)
     shutil.rmtree(old, ignore_errors=True)
-    shapes = [f"{nq}x{n}" for nq, n in SHAPES]
+    shapes = [s for s in rounds["after"][0] if s != "module"]
     median = {arm: {s: statistics.median(x[s] for x in rounds[arm]) for s in shapes} for arm in rounds}
     ratio = {s: median["before"][s] / median["after"][s] for s in shapes}
     path = write_result("similarity_op_host_ab", {
         "d": D, "k": K, "dtype": "fp16", "calls": CALLS, "repeats": REPEATS, "rounds": args.rounds,
+        "what": "validation and cached config resolution on the CPU" if args.no_gpu else "op calls on the GPU",
         "before_files": sorted(str(f.relative_to(args.before)) for f in args.before.rglob("*") if f.is_file()),
         "us_per_call": rounds, "median_us_per_call": median, "before_over_after": ratio}, args.tag)
     print(f"wrote {path}")
     for s in shapes:
-        print(f"{s:>10}: before {median['before'][s]:6.1f} us, after {median['after'][s]:6.1f} us a call "
-              f"(host-bound at 1 x 1024), {ratio[s]:.2f}x")
+        print(f"{s:>18}: before {median['before'][s]:6.2f} us, after {median['after'][s]:6.2f} us a call, "
+              f"{ratio[s]:.2f}x")
     return 0
 
 
