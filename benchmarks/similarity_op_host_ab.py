@@ -128,7 +128,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", type=Path, required=True,
                     help="directory of the package files to time against the installed ones (laid out as tunelab/)")
-    ap.add_argument("--rounds", type=int_in(1, 50, "rounds of both versions"), default=5, help="rounds of both versions (5)")
+    ap.add_argument("--rounds", type=int_in(1, 50, "rounds of both versions"), default=5,
+                    help="rounds of both versions (5)")
     ap.add_argument("--no-gpu", action="store_true",
                     help="time the validation and the cached config resolution on the CPU instead (no GPU needed)")
     ap.add_argument("--tag", help="suffix of the result file's name")

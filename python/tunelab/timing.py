@@ -1,10 +1,10 @@
 """The measurement protocol, for our kernels, baselines and users' kernels alike.
 
 Per sample: L2 flush (a write over a buffer twice the L2) -> the caller's ``prepare``, if any -> CUDA event ->
-launch -> CUDA event; warm-up first; raw samples returned in microseconds. The loop itself is C++ (``_core.time_launches``): a prepared
-launch of ours and a Python callable such as a torch op go through the very same code, so neither side gets a
-cheaper timing path. For kernels of a few microseconds, ``cuda_graph=True`` replays a CUDA graph of
-``graph_launches`` launches per sample so that host launch overhead does not rank them.
+launch -> CUDA event; warm-up first; raw samples returned in microseconds. The loop itself is C++
+(``_core.time_launches``): a prepared launch of ours and a Python callable such as a torch op go through the very
+same code, so neither side gets a cheaper timing path. For kernels of a few microseconds, ``cuda_graph=True``
+replays a CUDA graph of ``graph_launches`` launches per sample so that host launch overhead does not rank them.
 """
 from __future__ import annotations
 
