@@ -19,28 +19,10 @@
 //      sorted across the warp and merged into the running top 32 (merge_sorted.cuh), whose k-th entry then raises B.
 //   3. Lane r < k writes entry r (missing entries, fewer than k keys that are not NaN: (-inf or +inf, -1)).
 //
-// On the H200 at 50K / 100 (benchmarks/similarity_filtered.py --quick, results/similarity_filtered_wsel2_h200.json):
-// 49 candidates a query, the pair 46.0 us, the select alone 9.5 (the search alone 39.6). Before it, with the same
-// search, the block select (select.cuh: the row's threads' maxima bound it, then a queue) took the pair to 46.7-46.9
-// (results/similarity_filtered_words4_h200.json), and this kernel's first form, whose every offer carried its own
-// inlined copy of the sort (~16 copies of ~200 instructions) and whose 64-entry buffer let 32 blocks share a SM,
-// to 52.4 (results/similarity_filtered_wsel_h200.json). The block select's own history with these rows, on an
-// H100: taking the global bar alone as its bar (540a19b, reverted) measured 45.5 against 11.2 us alone (~1,500
-// entries a query reached it, before the tile-maximum words); holding each thread's first 4 entries in registers
-// (41ccf11, reverted) moved its steps but not its span past the search (results/similarity_filtered_h100_held.json).
-// The lanes' maxima bound before the merging (2fa0b42): on an H100 the MERGE=6 pair 53.6 against 55.2 us at 50K / 100
-// and 41.9 against 41.3 at 1 x 50K (results/similarity_filtered_lanemax_h100.json); before it, on the H200, merging
-// the worst query's 172 kept entries took 3.07 us (results/similarity_select_trace_warps_h200.json).
-// Moving this select into the MERGE=7 search (84cb231, reverted: after the search's rows, a grid-wide barrier, then
-// this warp select per query in the filter warps, benchmarks/similarity_fused_select.py there) was slower on an
-// H100: its search alone took 52.3 us against MERGE=7's pair's 49.1 at 50K / 100, and 42.6 against 42.4 at 1 x 50K
-// (results/similarity_fused_select_h100.json). The programmatic launch already hides this kernel's start; what it
-// costs is its own chain of dependent reads, which the fused form kept.
-// Loading each segment's count and first 4 entries in the same round trip (16-byte loads at the segment's fixed
-// start, masked by the count), then entries 4..7 of every longer segment in one more (074ca94, reverted) did not
-// shorten that chain measurably: on an H100 the MERGE=6 pair took 55.0 against 55.3 us at 50K / 100 and 42.1 against
-// 41.4 at 1 x 50K, the select alone 11.1 against 9.8 (results/similarity_filtered_sel4_h100.json, the before arm
-// this kernel).
+// What it measured against the forms before it (the block select, the fused form behind a grid barrier, the lanes'
+// maxima bound, loads of counts and entries in one round trip), with commits and result files: the README's
+// "Tile-maximum words and the filtered select" and "The filtered select's time". The programmatic launch already
+// hides this kernel's start; what it costs is its own chain of dependent reads.
 //
 // The tie rule is the family's (better(): larger key, or equal with a smaller index). NaN keys never pass B.
 // Counts are clamped to the segment (0 .. list_len). Shared memory: merge_smem_bytes(kMergeFilterSelect, k) in
