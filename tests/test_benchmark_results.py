@@ -107,6 +107,36 @@ def test_op_host_ab_overlay_puts_the_before_files_in_place(load_benchmark, tmp_p
         script.overlay(tmp_path / "empty")
 
 
+def test_sass_compare_tells_a_comment_from_a_code_change(load_benchmark, tmp_path):
+    """similarity_sass_compare.py compiles a build from the installed kernel tree and from overlays of it: a comment
+    added to ptx.cuh leaves every function's SASS identical, a different default store policy (st.global.cs) changes
+    the search's; --builds refuses an unknown build by name. Needs NVRTC and a cuobjdump (skipped without one), no
+    GPU."""
+    import argparse
+
+    import tunelab.paths
+
+    script = load_benchmark("similarity_sass_compare")
+    try:
+        tool = script.find_cuobjdump()
+    except SystemExit:
+        pytest.skip("no cuobjdump on this machine")
+    build = script.builds()["100x50000xfloat16"]
+    ptx = (tunelab.paths.kernels_dir() / "similarity" / "ptx.cuh").read_text()
+    assert "#define TUNELAB_SIM_KEY_STORE 0" in ptx
+    for name, text in (("comment", ptx + "\n// a comment\n"),
+                       ("policy", ptx.replace("#define TUNELAB_SIM_KEY_STORE 0", "#define TUNELAB_SIM_KEY_STORE 2"))):
+        (tmp_path / name / "similarity").mkdir(parents=True)
+        (tmp_path / name / "similarity" / "ptx.cuh").write_text(text)
+    same = script.compare(build, tmp_path / "comment", None, tool, compiles=1)
+    assert same["identical"] and not same["differ"] and same["after"]["functions"]
+    changed = script.compare(build, tmp_path / "policy", None, tool, compiles=1)
+    assert not changed["identical"] and any("similarity_topk" in f for f in changed["differ"])
+    parse = script.names_in(tuple(script.builds()), "--builds", "merge6,dense_trace")
+    with pytest.raises(argparse.ArgumentTypeError, match="merge9"):
+        parse("merge6,merge9")
+
+
 def test_l2_states_are_checked(load_benchmark):
     """--l2 (similarity_key_stores.py) takes states of _common.L2_STATES once each, in the order given, and names an
     unknown one, and the accepted states, in its error; an empty list is refused too. --l2-samples (int_in) takes
