@@ -2,15 +2,16 @@
 (and of every kernel in its module) compiled from the installed kernel tree with ``--before DIR``'s files in place
 and with ``--after DIR``'s (default: none, the installed tree as it is; each DIR laid out as csrc/kernels, holding only
 the files to replace: _common.kernel_variant; ``--after csrc/kernels`` takes a working tree without reinstalling), for
-a fixed set of builds that covers the defaults of each main loop and merge kind (BUILDS). No GPU is needed: NVRTC
+a fixed set of builds that covers the defaults of each main loop and merge kind (builds()). No GPU is needed: NVRTC
 compiles, cuobjdump disassembles.
 
 Each build's module is compiled --compiles times (3) from each tree: NVRTC's SASS of a few kernels varies from compile
 to compile of one source (the merge kernels of the cosine and l2 metrics, two variants each), and a function that
-varied on either side is reported as unstable and left out of the comparison. A refactor or a comment-only change whose SASS is identical in every build needs no GPU
-run to show it costs nothing; one that changes any build's SASS does (a changed instruction order or register assignment can move a
-kernel's time). Results: benchmarks/results/similarity_sass_compare[_TAG].json (per build: identical or not, the
-instruction count and registers of each side); a table last. About a minute a build on two cores.
+varied on either side is reported as unstable and left out of the comparison. A refactor or a comment-only change
+whose SASS is identical in every build needs no GPU run to show it costs nothing; one that changes any build's SASS
+does (a changed instruction order or register assignment can move a kernel's time). Results:
+benchmarks/results/similarity_sass_compare[_TAG].json (per build: identical or not, the functions that differ or
+vary, the search's instruction count and registers on each side); a table last. About a minute a build on two cores.
 
     python3 benchmarks/similarity_sass_compare.py --before DIR [--after DIR] [--builds NAME,...] [--compiles 3]
                                                   [--tag T]
@@ -125,7 +126,7 @@ def main() -> int:
     all_builds = builds()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", type=Path, required=True,
-                    help="directory laid out as csrc/kernels with the files of the other version (e.g. from git show)")
+                    help="directory laid out as csrc/kernels with the other version's files (e.g. from git archive)")
     ap.add_argument("--after", type=Path, default=None,
                     help="directory laid out as csrc/kernels with this version's files (default: the installed tree)")
     ap.add_argument("--builds", type=names_in(tuple(all_builds), "--builds", "merge6,dense_trace"),
@@ -145,9 +146,9 @@ def main() -> int:
               + (f" ({len(r['unstable'])} function(s) unstable from compile to compile)" if r["unstable"] else ""),
               flush=True)
     same = sum(r["identical"] for r in rows.values())
-    path = write_result("similarity_sass_compare", {"before_dir": str(args.before), "after_dir": str(args.after),
-                                                    "builds": rows,
-                                                    "identical": same, "different": len(rows) - same}, args.tag)
+    path = write_result("similarity_sass_compare", {
+        "before_dir": str(args.before), "after_dir": str(args.after), "compiles_per_side": args.compiles,
+        "builds": rows, "identical": same, "different": len(rows) - same}, args.tag)
     print(f"wrote {path}")
     print(f"{same} of {len(rows)} builds identical")
     for name, r in rows.items():
