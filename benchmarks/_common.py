@@ -245,18 +245,26 @@ def l2_preparations(reader) -> dict:
             "none": {"flush_l2": False}}
 
 
-def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, rounds: int, samples: int) -> dict:
-    """The core's timer (tunelab.timing.time_callable) over each (state, name) of ``plan``: ``fns[name]`` after
-    ``preparations[state]`` (l2_preparations()), in ``rounds`` rounds over the plan of one untimed call (warm-up;
-    the first "none" sample follows a call of the same callable) and ``samples`` samples each. A callable is a Python
-    one (no arguments, it launches on the current stream) or a prepared launch. Returns (state, name) -> µs array."""
+def time_rounds(calls: dict, *, rounds: int, samples: int) -> dict:
+    """Interleaved samples of the core's timer: ``calls`` maps a key to (callable, keyword arguments of
+    tunelab.timing.time_callable); ``rounds`` rounds over them, each call one untimed warm-up then ``samples``
+    samples (A B C A B C ..., so that drift hits every call alike). A callable is a Python one (no arguments, it
+    launches on the current stream) or a prepared launch. Returns key -> µs array."""
     from tunelab.timing import time_callable
 
-    out = {key: [] for key in plan}
+    out = {key: [] for key in calls}
     for _ in range(rounds):
-        for state, name in plan:
-            out[(state, name)].extend(time_callable(fns[name], warmup=1, samples=samples, **preparations[state]))
+        for key, (fn, kwargs) in calls.items():
+            out[key].extend(time_callable(fn, warmup=1, samples=samples, **kwargs))
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+def time_after(fns: dict, plan: list[tuple[str, str]], preparations: dict, *, rounds: int, samples: int) -> dict:
+    """time_rounds() over each (state, name) of ``plan``: ``fns[name]`` after ``preparations[state]``
+    (l2_preparations(); the untimed call first, so the first "none" sample follows a call of the same callable).
+    Returns (state, name) -> µs array."""
+    return time_rounds({(state, name): (fns[name], preparations[state]) for state, name in plan}, rounds=rounds,
+                       samples=samples)
 
 
 #: how draw_search_inputs() draws the random inputs from one generator

@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import current_stream, draw_search_inputs, speedup, summarize, warm_up_gpu, write_result  # noqa: E402
+from _common import (current_stream, draw_search_inputs, speedup, summarize, time_rounds, warm_up_gpu,  # noqa: E402
+                     write_result)
 
 K = 10
 D = 768
@@ -102,12 +103,9 @@ def time_all(fns: dict, *, budget_s: float, rounds: int, graph_below_us: float =
     graph = min(probe.values()) < graph_below_us
     per = sum(probe.values()) * 1e-6
     n = int(max(3, min(30, budget_s / max(per, 1e-7) / rounds)))
-    out = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            out[k].extend(time_callable(f, warmup=1, samples=n, cuda_graph=graph, graph_launches=10,
-                                        flush_l2=k not in unflushed))
-    return {k: np.asarray(v) for k, v in out.items()}, graph
+    calls = {k: (f, {"cuda_graph": graph, "graph_launches": 10, "flush_l2": k not in unflushed})
+             for k, f in fns.items()}
+    return time_rounds(calls, rounds=rounds, samples=n), graph
 
 
 def variant_rows(samples: dict, fns: dict, ref: str) -> dict:

@@ -137,6 +137,33 @@ def test_sass_compare_tells_a_comment_from_a_code_change(load_benchmark, tmp_pat
         parse("merge6,merge9")
 
 
+def test_time_rounds_interleaves_the_core_timer(load_benchmark, monkeypatch):
+    """_common.time_rounds runs the core's timer over its calls in interleaved rounds (A B A B), each with its own
+    keyword arguments, one untimed warm-up and the samples asked; time_after maps (state, name) to a callable and
+    its L2 state's arguments. (time_callable is replaced by a recorder: no GPU.)"""
+    import numpy as np
+
+    import tunelab.timing
+
+    common = load_benchmark("_common")
+    seen = []
+
+    def record(fn, *, warmup, samples, **kwargs):
+        seen.append((fn, warmup, samples, kwargs))
+        return np.full(samples, float(len(seen)))
+
+    monkeypatch.setattr(tunelab.timing, "time_callable", record)
+    a, b = (lambda: None), (lambda: None)
+    out = common.time_rounds({"a": (a, {"flush_l2": True}), "b": (b, {"flush_l2": False})}, rounds=2, samples=3)
+    assert [s[0] for s in seen] == [a, b, a, b] and all(s[1:3] == (1, 3) for s in seen)
+    assert [s[3]["flush_l2"] for s in seen] == [True, False, True, False]
+    assert list(out["a"]) == [1, 1, 1, 3, 3, 3] and list(out["b"]) == [2, 2, 2, 4, 4, 4]
+    seen.clear()
+    states = {"write": {"flush_l2": True}, "none": {"flush_l2": False}}
+    out = common.time_after({"x": a}, [("write", "x"), ("none", "x")], states, rounds=1, samples=2)
+    assert set(out) == {("write", "x"), ("none", "x")} and [s[3] for s in seen] == [states["write"], states["none"]]
+
+
 def test_l2_states_are_checked(load_benchmark):
     """--l2 (similarity_key_stores.py) takes states of _common.L2_STATES once each, in the order given, and names an
     unknown one, and the accepted states, in its error; an empty list is refused too. --l2-samples (int_in) takes
