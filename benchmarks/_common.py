@@ -103,8 +103,8 @@ def headers_dir(*required: str):
         missing = [r for r in required if not (d / r).is_file()]
         if missing or not any(d.rglob("*.cuh")):
             what = ", ".join(missing) if missing else "header (.cuh)"
-            raise argparse.ArgumentTypeError(f"{text!r} holds no {what}: make the before directory with git show "
-                                             f"(the script's docstring says how)")
+            raise argparse.ArgumentTypeError(f"{text!r} holds no {what}: make the directory with git show or git "
+                                             f"archive (the script's docstring says how)")
         return d
 
     return parse

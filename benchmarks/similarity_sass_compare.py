@@ -13,10 +13,13 @@ does (a changed instruction order or register assignment can move a kernel's tim
 benchmarks/results/similarity_sass_compare[_TAG].json (per build: identical or not, the functions that differ or
 vary, the search's instruction count and registers on each side); a table last. About a minute a build on two cores.
 
-    python3 benchmarks/similarity_sass_compare.py --before DIR [--after DIR] [--builds NAME,...] [--compiles 3]
-                                                  [--tag T]
+    git archive REV csrc/kernels | tar -x -C /tmp/old   # the other version's kernel tree
+    python3 benchmarks/similarity_sass_compare.py --before /tmp/old/csrc/kernels [--after csrc/kernels]
+                                                  [--builds NAME,...] [--compiles 3] [--tag T]
 
-cuobjdump is looked up on PATH, in $CUDA_HOME/bin and /usr/local/cuda/bin, then in triton's bundled binaries.
+cuobjdump is looked up on PATH, then in the bin folder of the toolkit the compiler uses (next to
+_core.default_cuda_include_dir(): TUNELAB_CUDA_INCLUDE, CUDA_HOME, CUDA_PATH or the build's), then in triton's
+bundled binaries.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import int_in, kernel_variant, names_in, write_result  # noqa: E402
+from _common import headers_dir, int_in, kernel_variant, names_in, write_result  # noqa: E402
 
 
 def builds() -> dict:
@@ -66,10 +69,9 @@ def builds() -> dict:
 
 def find_cuobjdump() -> str:
     """The path of a cuobjdump; SystemExit naming the places looked in when there is none."""
-    places = [shutil.which("cuobjdump")]
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root:
-            places.append(str(Path(root) / "bin" / "cuobjdump"))
+    from tunelab import _core
+
+    places = [shutil.which("cuobjdump"), str(Path(_core.default_cuda_include_dir()).parent / "bin" / "cuobjdump")]
     try:
         import triton
 
@@ -79,8 +81,8 @@ def find_cuobjdump() -> str:
     for p in places:
         if p and Path(p).is_file() and os.access(p, os.X_OK):
             return p
-    raise SystemExit("no cuobjdump: looked on PATH, in $CUDA_HOME/bin and /usr/local/cuda/bin and in triton's "
-                     "bundled binaries; install the CUDA toolkit's cuobjdump (or triton, which bundles one)")
+    raise SystemExit(f"no cuobjdump: looked in {', '.join(p for p in places if p)}; install the CUDA toolkit's "
+                     "cuobjdump (or put its bin folder on PATH, or install triton, which bundles one)")
 
 
 def sass_of(build, headers: Path | None, cuobjdump: str) -> dict:
@@ -90,10 +92,8 @@ def sass_of(build, headers: Path | None, cuobjdump: str) -> dict:
     cfg, dtype, metric, arch, trace = build
     with kernel_variant(headers=headers):
         cs = sim.compile_search(cfg, dtype=dtype, metric=metric, arch=arch, use_cache=False, trace=trace)
-    cubin = cs.result.cubin
-    cubin = bytes(cubin() if callable(cubin) else cubin)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
+        f.write(cs.result.cubin)
         f.flush()
         text = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True, check=True).stdout
     functions = {part.split("\n", 1)[0].strip(): hashlib.md5(part.encode()).hexdigest()
@@ -125,9 +125,9 @@ def compare(build, before: Path, after: Path | None, cuobjdump: str, compiles: i
 def main() -> int:
     all_builds = builds()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", type=Path, required=True,
+    ap.add_argument("--before", type=headers_dir(), required=True,
                     help="directory laid out as csrc/kernels with the other version's files (e.g. from git archive)")
-    ap.add_argument("--after", type=Path, default=None,
+    ap.add_argument("--after", type=headers_dir(), default=None,
                     help="directory laid out as csrc/kernels with this version's files (default: the installed tree)")
     ap.add_argument("--builds", type=names_in(tuple(all_builds), "--builds", "merge6,dense_trace"),
                     default=list(all_builds), help="comma-separated builds (default: all of them)")
@@ -135,9 +135,6 @@ def main() -> int:
                     help="compiles of each build from each tree (3): NVRTC's output of a few kernels varies")
     ap.add_argument("--tag", help="suffix of the result file's name")
     args = ap.parse_args()
-    for option, d in (("--before", args.before), ("--after", args.after)):
-        if d is not None and not d.is_dir():
-            ap.error(f"{option} {d} is not a directory")
     cuobjdump = find_cuobjdump()
     rows = {}
     for name in args.builds:
