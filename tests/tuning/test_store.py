@@ -105,8 +105,8 @@ def test_put_result_from_confirmed_run(cache, toy_replay_path, toy_family):
 
 
 def test_a_problem_callable_is_made_only_on_a_miss(cache, monkeypatch):
-    """An op on its per-call path hands resolve() a callable for the store's problem: it is called when the config
-    is looked up in the store, not on the cached calls after (similarity's resolve_config)."""
+    """resolve() takes a callable for the store's problem (every op calls it per call): it is called when the config
+    is looked up in the store, not on the cached calls after."""
     from tunelab.ops import dispatch
     from tunelab.tuning.family import get_family
 
@@ -136,7 +136,7 @@ def test_ops_see_a_store_write_made_in_the_same_process(cache, monkeypatch):
     calls = []
 
     def resolve():
-        return dispatch.resolve("attention", 0, attn(512), ("test-op", 512), adapt=dict,
+        return dispatch.resolve("attention", 0, lambda: attn(512), ("test-op", 512), adapt=dict,
                                 default=lambda: calls.append(1) or {"BLOCK_M": 16})
 
     dispatch.clear_caches()

@@ -363,8 +363,10 @@ def resolve_config(device_index: int, *, head_dim: int, dtype: str, causal: bool
     from tunelab.kernel import current_arch
     from tunelab.tuning.family import next_pow2
 
-    problem = dict(batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k, head_dim=head_dim, dtype=dtype,
-                   causal=bool(causal))
+    def problem():
+        return dict(batch=batch, heads=heads, seq_q=seq_q, seq_k=seq_k, head_dim=head_dim, dtype=dtype,
+                    causal=bool(causal))
+
     return _dispatch.resolve("attention", device_index, problem,
                              ("attention", head_dim, dtype, bool(causal), next_pow2(seq_q), next_pow2(seq_k)),
                              canonical_config,

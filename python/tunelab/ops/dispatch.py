@@ -20,13 +20,13 @@ def device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
-def resolve(family: str, device_index: int, problem: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
-            key: Hashable, adapt: Callable[[dict], dict], default: Callable[[], dict]) -> tuple[dict, str]:
+def resolve(family: str, device_index: int, problem: Callable[[], Mapping[str, Any]], key: Hashable,
+            adapt: Callable[[dict], dict], default: Callable[[], dict]) -> tuple[dict, str]:
     """``(config, source)``: the stored config passed through ``adapt`` (source ``"store"``), or ``default()``
     (source ``"default"``) when there is none, it is stale, or ``adapt`` rejects it.
 
-    ``family``: the family name (the store imports the family when it needs its bucket rule). ``problem``: the
-    store's problem dict, or a callable that makes it (called only on a cache miss: an op on its per-call path).
+    ``family``: the family name (the store imports the family when it needs its bucket rule). ``problem``: makes the
+    store's problem dict, called only on a cache miss (resolve() is on every op call's path).
     ``key`` starts with the op's name and holds every input that ``adapt`` and ``default`` read besides the stored
     entry (exact k, nq, ...) and the store bucket's inputs: the result is cached under it until this process writes
     the store.
@@ -43,7 +43,7 @@ def resolve(family: str, device_index: int, problem: Mapping[str, Any] | Callabl
     if store is not None:
         store.on_write(clear_caches)
         try:
-            found = store.lookup(family, device_name(device_index), problem() if callable(problem) else problem)
+            found = store.lookup(family, device_name(device_index), problem())
         except TunelabError as exc:
             warnings.warn(f"the tuned-config store could not be read ({exc}); using the default config",
                           stacklevel=3)

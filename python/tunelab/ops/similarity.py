@@ -1272,10 +1272,11 @@ def _resolve_gram(x, dt: str, symmetric: bool) -> dict:
         _S.gram_validate(cfg, GRAM_DTYPE_CODES[dt], bool(symmetric))
         return cfg
 
-    cfg, _ = _dispatch.resolve("gram", _device_index(x),
-                               {"n": n, "dim": dim, "dtype": _dtypes.short_name(dt), "symmetric": bool(symmetric)},
-                               ("gram", next_pow2(n), dim, dt, bool(symmetric)), adapt,
-                               lambda: default_gram_config(dt, symmetric))
+    def problem():
+        return {"n": n, "dim": dim, "dtype": _dtypes.short_name(dt), "symmetric": bool(symmetric)}
+
+    cfg, _ = _dispatch.resolve("gram", _device_index(x), problem, ("gram", next_pow2(n), dim, dt, bool(symmetric)),
+                               adapt, lambda: default_gram_config(dt, symmetric))
     return cfg
 
 
