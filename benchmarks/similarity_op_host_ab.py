@@ -107,7 +107,8 @@ def overlay(before: Path) -> Path:
     for f in files:
         dest = root / "tunelab" / f.relative_to(before)
         if not dest.exists():
-            raise SystemExit(f"--before: {f} replaces nothing: tunelab/{f.relative_to(before)} is not in the package")
+            raise SystemExit(f"--before: {f} replaces nothing: tunelab/{f.relative_to(before)} is not in the package; "
+                             f"lay DIR out as the package itself (DIR/ops/similarity.py for tunelab/ops/similarity.py)")
         shutil.copy2(f, dest)
     return root
 
