@@ -7,8 +7,12 @@ protocol (the core's timer: an L2 flush, then the call between two events) the G
 until that first kernel arrives, so host time beyond the flush's own GPU time is timed as if it were the kernels'.
 This script measures, on the GPU's host:
 
-  steps     each step of the path alone, the host time of one call with the GPU idle (synchronized before each
-            call, outside the timed region): median over CALLS calls, in ROUNDS interleaved rounds
+  steps     each step of the path alone: "idle", the host time of one call with the GPU idle (synchronized before
+            each call, outside the timed region), and "hot", the host time per call of a burst of BURST calls back
+            to back (as a loop of calls, or the timer's samples, run them: warm CPU caches; BURST is small enough
+            that the launch queue never fills); medians over CALLS calls, in ROUNDS interleaved rounds. Next to
+            them, alternatives for a step: an allocation by ``Tensor.new_empty``, and the two launches as one CUDA
+            graph (``graph``: torch.cuda.CUDAGraph.replay of the pair captured on these buffers)
   protocol  the op and its own two prepared launches (the launches the op's cache holds for these inputs) under the
             core's timer after the protocol's flush, and both again with a GPU sleep of SLEEP_US queued after the
             flush (the timer's untimed ``prepare``), which gives the host time to queue the op's launches before
@@ -32,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import draw_search_inputs, int_in, speedup, summarize, time_rounds, warm_up_gpu, write_result  # noqa: E402
 
 D, K = 768, 10
-CALLS, ROUNDS = 400, 5
+CALLS, ROUNDS, BURST = 400, 5, 20
 SLEEP_US = 150.0
 PROTOCOL_ROUNDS, PROTOCOL_SAMPLES = 6, 20
 
@@ -47,6 +51,21 @@ def host_us(fn, calls: int) -> list[float]:
         t0 = time.perf_counter_ns()
         fn()
         out.append((time.perf_counter_ns() - t0) / 1e3)
+    torch.cuda.synchronize()
+    return out
+
+
+def burst_us(fn, calls: int) -> list[float]:
+    """The host time per call of bursts of BURST back-to-back calls of ``fn`` (synchronized before each burst)."""
+    import torch
+
+    out = []
+    for _ in range(max(1, calls // BURST)):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for _ in range(BURST):
+            fn()
+        out.append((time.perf_counter_ns() - t0) / 1e3 / BURST)
     torch.cuda.synchronize()
     return out
 
@@ -68,6 +87,17 @@ def steps_of(q, c, k: int) -> dict:
     launches = next(v for key, v in sim._SEARCH_LAUNCHES.items() if key[0] == shape_key)
     keys, _ = compiled.candidate_buffers(plan, nq, n, k, q.device)
     stream = current_stream(q.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+            for launch in launches:
+                launch(side.cuda_stream)
+    except Exception as exc:  # noqa: BLE001 - reported, and the graph's step left out
+        print(f"the pair could not be captured in a CUDA graph: {exc}")
+        graph = None
+    torch.cuda.current_stream().wait_stream(side)
     return {
         "op": lambda: sim.similarity_search(q, c, k),
         "validate": lambda: sim.validate_search_inputs(q, c, k, "ip"),
@@ -77,11 +107,13 @@ def steps_of(q, c, k: int) -> dict:
         "empty_keys": lambda: torch.empty(tuple(keys.shape), dtype=torch.float32, device=q.device),
         "empty_scores": lambda: torch.empty((nq, k), dtype=torch.float32, device=q.device),
         "empty_indices": lambda: torch.empty((nq, k), dtype=torch.int64, device=q.device),
+        "new_empty": lambda: q.new_empty((nq, k), dtype=torch.float32),
         "stream": lambda: current_stream(q.device),
         "launch_search": lambda: launches[0](stream),
         "launch_select": lambda: launches[1](stream),
+        **({"graph": graph.replay} if graph is not None else {}),
         "shape_key": lambda: tuple(cfg.items()),
-    }, launches
+    }, launches, graph
 
 
 def main() -> int:
@@ -97,16 +129,18 @@ def main() -> int:
 
     clock = warm_up_gpu()
     q, c = draw_search_inputs(args.nq, args.n, D, torch.float16, seed=3)
-    steps, launches = steps_of(q, c, K)
+    steps, launches, graph = steps_of(q, c, K)
 
-    samples = {name: [] for name in steps}
+    samples = {(mode, name): [] for mode in ("idle", "hot") for name in steps}
     for _ in range(ROUNDS):  # interleaved, so that a slow stretch of the host hits every step alike
         for name, fn in steps.items():
             for _ in range(10):
                 fn()
-            samples[name].extend(host_us(fn, CALLS // ROUNDS))
-    host = {name: {"median": statistics.median(v), "p10": sorted(v)[len(v) // 10], "p90": sorted(v)[9 * len(v) // 10]}
-            for name, v in samples.items()}
+            samples[("idle", name)].extend(host_us(fn, CALLS // ROUNDS))
+            samples[("hot", name)].extend(burst_us(fn, CALLS // ROUNDS))
+    host = {mode: {name: {"median": statistics.median(v), "p10": sorted(v)[len(v) // 10],
+                          "p90": sorted(v)[9 * len(v) // 10]}
+                   for (m, name), v in samples.items() if m == mode} for mode in ("idle", "hot")}
 
     from tunelab.ops.loading import current_stream
 
@@ -124,19 +158,23 @@ def main() -> int:
     calls = {"op": (steps["op"], {"flush_l2": True}), "launches": (pair, {"flush_l2": True}),
              "op+sleep": (steps["op"], {"flush_l2": True, "prepare": sleep}),
              "launches+sleep": (pair, {"flush_l2": True, "prepare": sleep}),
+             **({"graph": (graph.replay, {"flush_l2": True})} if graph is not None else {}),
              "flush": (lambda: flush_buf.fill_(0x5a5a5a5a), {"flush_l2": False})}
     timed = time_rounds(calls, rounds=PROTOCOL_ROUNDS, samples=PROTOCOL_SAMPLES)
     protocol = {name: summarize(s) for name, s in timed.items()}
     payload = {"nq": args.nq, "n": args.n, "d": D, "k": K, "calls": CALLS, "rounds": ROUNDS,
-               "sm_mhz_after_warmup": clock, "sleep_us": SLEEP_US, "host_us": host, "host_samples_us": samples,
+               "sm_mhz_after_warmup": clock, "sleep_us": SLEEP_US, "host_us": host,
+               "host_samples_us": {f"{m}/{name}": v for (m, name), v in samples.items()},
                "protocol_us": protocol,
                "op_vs_launches": speedup(timed["launches"], timed["op"]),
                "op_vs_launches_after_sleep": speedup(timed["launches+sleep"], timed["op+sleep"])}
     path = write_result("similarity_op_host_parts", payload, args.tag)
     print(f"wrote {path}")
-    print(f"host time of one call's steps at {args.nq} x {args.n} (median, p10-p90, us):")
-    for name, h in host.items():
-        print(f"  {name:14} {h['median']:7.2f}  ({h['p10']:.2f}-{h['p90']:.2f})")
+    print(f"host time of one call's steps at {args.nq} x {args.n} (median, p10-p90, us):  idle | hot")
+    for name in steps:
+        i, h = host["idle"][name], host["hot"][name]
+        print(f"  {name:14} {i['median']:7.2f} ({i['p10']:.2f}-{i['p90']:.2f}) | {h['median']:7.2f} "
+              f"({h['p10']:.2f}-{h['p90']:.2f})")
     print("under the core's timer (median us): " + ", ".join(f"{k} {v['median']:.1f}" for k, v in protocol.items()))
     return 0
 
