@@ -184,6 +184,40 @@ def test_graph_mode_times_microsecond_kernels(torch):
     assert np.median(via_torch) > 0
 
 
+def test_launch_graph_replays_its_launches_in_order_and_joins_a_callers_capture(torch):
+    """A LaunchGraph of two axpys (y += 2x, then y += 3x) replays both, in order, with one call; on a stream being
+    captured into a caller's graph it launches them one by one, so they replay with the caller's graph."""
+    ck = _axpy_kernel().compile({"BLOCK": 256, "ITEMS": 1})
+    n = 4097
+    x = torch.randn(n, device="cuda")
+    y = torch.zeros(n, device="cuda")
+    launches = [ck.prepare(x, y, 2.0, n), ck.prepare(x, y, 3.0, n)]
+    graph = _core.LaunchGraph(launches)
+    stream = torch.cuda.current_stream().cuda_stream
+    assert not _core.stream_is_capturing(stream)
+    for _ in range(3):
+        graph(stream)
+    torch.cuda.synchronize()
+    assert torch.allclose(y, 15.0 * x, rtol=1e-6, atol=1e-5)
+    y.zero_()
+    caller = torch.cuda.CUDAGraph()
+    seen = []
+    with torch.cuda.graph(caller):
+        capture = torch.cuda.current_stream().cuda_stream
+        seen.append(_core.stream_is_capturing(capture))
+        graph(capture)
+    torch.cuda.synchronize()
+    assert seen == [True] and torch.count_nonzero(y) == 0  # captured, not run
+    caller.replay()
+    caller.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(y, 10.0 * x, rtol=1e-6, atol=1e-5)
+    from tunelab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="at least one launch"):
+        _core.LaunchGraph([])
+
+
 def test_out_of_bounds_write_reports_a_poisoned_context_in_a_subprocess():
     code = textwrap.dedent(r"""
         import tunelab

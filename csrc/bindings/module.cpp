@@ -14,6 +14,7 @@
 #include "core/driver.h"
 #include "core/errors.h"
 #include "core/kernel_cache.h"
+#include "core/launch_graph.h"
 #include "core/nvrtc_api.h"
 #include "core/occupancy.h"
 #include "core/timer.h"
@@ -283,6 +284,18 @@ PYBIND11_MODULE(_core, m) {
         "A launch with function, dimensions and arguments resolved: call it with a stream handle.")
         .def("__call__", [](PreparedLaunch& p, unsigned long long stream) { p(reinterpret_cast<CUstream>(stream)); },
              py::arg("stream") = 0);
+
+    py::class_<LaunchGraph, std::shared_ptr<LaunchGraph>>(m, "LaunchGraph",
+        "PreparedLaunches recorded once into a CUDA graph: calling it with a stream handle replays them with one "
+        "cuGraphLaunch (on a stream being captured, it makes the launches one by one instead).")
+        .def(py::init([](std::vector<std::shared_ptr<PreparedLaunch>> launches) {
+                 return std::make_shared<LaunchGraph>(std::move(launches));
+             }), py::arg("launches"))
+        .def("__call__", [](LaunchGraph& g, unsigned long long stream) { g(reinterpret_cast<CUstream>(stream)); },
+             py::arg("stream") = 0);
+    m.def("stream_is_capturing", [](unsigned long long stream) {
+        return stream_is_capturing(reinterpret_cast<CUstream>(stream));
+    }, py::arg("stream"), "Whether the CUDA stream `stream` (a handle) is being captured into a graph right now.");
 
     py::class_<Function, std::shared_ptr<Function>>(m, "Function", "A kernel in a loaded module.")
         .def_property_readonly("name", &Function::name)

@@ -120,6 +120,7 @@ class PreparedLaunch {
 public:
     PreparedLaunch(std::shared_ptr<Function> fn, LaunchDims dims, ArgPack args);
     void operator()(CUstream stream);
+    void activate() const { fn_->activate(); }  // make its function's context current
 
 private:
     std::shared_ptr<Function> fn_;

@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "core/driver.h"
 #include "core/errors.h"
+#include "core/launch_graph.h"
 
 namespace tunelab {
 namespace {
@@ -59,39 +60,23 @@ std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const
         if (flush) check(d.cuMemsetD32Async(flush->ptr, 0x5a5a5a5a, flush->bytes / 4, stream), "cuMemsetD32Async");
     };
 
-    CUgraph graph = nullptr;
     CUgraphExec exec = nullptr;
-    struct GraphGuard {
-        CUgraph& g;
+    struct ExecGuard {
         CUgraphExec& e;
-        ~GraphGuard() {
+        ~ExecGuard() {
             if (e) driver().cuGraphExecDestroy(e);
-            if (g) driver().cuGraphDestroy(g);
         }
-    } guard{graph, exec};
+    } guard{exec};
 
     for (int i = 0; i < opt.warmup; ++i) launch(stream);
     if (opt.graph_launches > 0) {
         // Captured on a private stream (the legacy default stream, torch's usual one, cannot be captured) and
-        // replayed on the caller's. Relaxed mode, so unrelated CUDA work in a launch closure cannot break it.
-        CUstream capture = nullptr;
-        check(d.cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-        struct StreamGuard {
-            CUstream s;
-            ~StreamGuard() { driver().cuStreamDestroy(s); }
-        } capture_guard{capture};
+        // replayed on the caller's (capture_graph, relaxed mode: unrelated CUDA work in a launch closure cannot
+        // break it).
         check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");  // warm-up done before capture
-        check(d.cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
-        try {
+        exec = capture_graph([&](CUstream capture) {
             for (int i = 0; i < opt.graph_launches; ++i) launch(capture);
-        } catch (...) {
-            CUgraph broken = nullptr;
-            d.cuStreamEndCapture(capture, &broken);
-            if (broken) d.cuGraphDestroy(broken);
-            throw;
-        }
-        check(d.cuStreamEndCapture(capture, &graph), "cuStreamEndCapture");
-        check(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+        });
         check(d.cuGraphLaunch(exec, stream), "cuGraphLaunch");  // warm the graph itself
     }
 

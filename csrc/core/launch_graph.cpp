@@ -1,0 +1,66 @@
+#include "core/launch_graph.h"
+
+#include "core/errors.h"
+
+namespace tunelab {
+
+CUgraphExec capture_graph(const std::function<void(CUstream)>& record) {
+    const DriverApi& d = driver();
+    CUstream capture = nullptr;
+    check(d.cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    struct StreamGuard {
+        CUstream s;
+        ~StreamGuard() { driver().cuStreamDestroy(s); }
+    } capture_guard{capture};
+    check(d.cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+    CUgraph graph = nullptr;
+    try {
+        record(capture);
+    } catch (...) {
+        d.cuStreamEndCapture(capture, &graph);
+        if (graph) d.cuGraphDestroy(graph);
+        throw;
+    }
+    check(d.cuStreamEndCapture(capture, &graph), "cuStreamEndCapture");
+    CUgraphExec exec = nullptr;
+    const CUresult r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+    d.cuGraphDestroy(graph);  // the executable graph is independent of it
+    check(r, "cuGraphInstantiateWithFlags");
+    return exec;
+}
+
+bool stream_is_capturing(CUstream stream) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult r = driver().cuStreamIsCapturing(stream, &status);
+    // The legacy default stream while another stream of its context is captured in global mode: work on it would
+    // join (and break) that capture, so it counts as capturing.
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+    check(r, "cuStreamIsCapturing");
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+LaunchGraph::LaunchGraph(std::vector<std::shared_ptr<PreparedLaunch>> launches) : launches_(std::move(launches)) {
+    if (launches_.empty()) throw ConfigError("a launch graph needs at least one launch");
+    for (const auto& l : launches_)
+        if (!l) throw ConfigError("a launch graph's launches must not be None");
+    launches_.front()->activate();  // the capture stream is made in the launches' context
+    exec_ = capture_graph([this](CUstream s) {
+        for (auto& l : launches_) (*l)(s);
+    });
+}
+
+LaunchGraph::~LaunchGraph() {
+    // A replay still running is not cut short: the driver frees the graph when it completes.
+    if (exec_) driver().cuGraphExecDestroy(exec_);
+}
+
+void LaunchGraph::operator()(CUstream stream) {
+    if (stream_is_capturing(stream)) {
+        for (auto& l : launches_) (*l)(stream);
+        return;
+    }
+    launches_.front()->activate();  // the graph's context must be current, as for a launch
+    check(driver().cuGraphLaunch(exec_, stream), "cuGraphLaunch");
+}
+
+}  // namespace tunelab
