@@ -668,6 +668,49 @@ def test_eager_calls_skip_the_dispatcher_and_reuse_launches():
     assert {"tunelab::similarity_search", "tunelab::gram"} <= names, sorted(names)[:20]
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_repeated_calls_reuse_scratch_and_replay_one_graph(dense):
+    """Repeated calls on one stream get their candidate buffers back (ops/workspace.py) and, from the second use of
+    a pointer set, replay the search and its merge or select as one CUDA graph: the same answers as the first call,
+    and a corpus changed in place (same pointers, same graph) is read anew. A caller's CUDA graph capture keeps its
+    own buffers, and release_memory drops what the search kept."""
+    from tunelab.ops import workspace
+    from tunelab.tuning.families.similarity import check_topk
+
+    sim = _sim()
+    sim.release_memory()
+    sim.clear_caches()
+    q, c = _inputs("float16", nq=40, n=20001, d=D_WG, seed=5)
+    config = None
+    if dense:
+        if torch.cuda.get_device_capability() != (9, 0):
+            pytest.skip("the dense search: sm_90 only")
+        config = dict(sim.default_config(40, 10, "float16", D_WG, n=32768), MERGE=sim.MERGE_DENSE)
+    want = sim.similarity_search(q, c, 10, config=config)
+    assert check_topk(*want, q, c, 10, "ip").ok
+    held = workspace.held_bytes()
+    assert held > 0
+    for _ in range(4):
+        got = sim.similarity_search(q, c, 10, config=config)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert workspace.held_bytes() == held  # the same buffers, not new ones
+    graphs = [e.graph for e in sim._SEARCH_LAUNCHES.values() if e.uses >= sim.GRAPH_AFTER]
+    assert graphs and all(g is not None for g in graphs)
+    rolled = torch.roll(c, 333, 0)
+    c.copy_(rolled)  # same pointers: the recorded graph, reading the new rows
+    got = sim.similarity_search(q, c, 10, config=config)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], (want[1] + 333) % c.shape[0])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = sim.similarity_search(q, c, 10, config=config)
+    c.copy_(torch.roll(rolled, -333, 0))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], want[0]) and torch.equal(captured[1], want[1])
+    sim.release_memory()
+    assert workspace.held_bytes() == 0 and not sim._SEARCH_LAUNCHES
+
+
 # ------------------------------------------------------------------------------------------------ Gram
 def _gram_ref(x):
     xd = x.to(torch.complex128) if x.is_complex() else x.double()

@@ -147,3 +147,24 @@ def test_ops_see_a_store_write_made_in_the_same_process(cache, monkeypatch):
         assert resolve() == ({"BLOCK_M": 128}, "store")
     finally:
         dispatch.clear_caches()
+
+
+def test_a_store_write_drops_what_ops_cached_from_resolved_configs(cache, monkeypatch):
+    """What an op caches per resolved config goes with the configs (``dispatch.on_clear``): the search's call shapes,
+    which hold the config the op resolved for a call shape, after a store write as after ``clear_caches()``."""
+    from tunelab.ops import dispatch
+    from tunelab.ops import similarity as sim
+    from tunelab.tuning.family import get_family
+
+    monkeypatch.setattr(dispatch, "device_name", lambda index: "NVIDIA H200")
+    dispatch.resolve("attention", 0, lambda: attn(512), ("test-op", 512), adapt=dict, default=dict)  # watches the store
+    try:
+        sim._SEARCH_SHAPES[("a call shape",)] = ("compiled", "plan", "layout", 0)
+        sim._SEARCH_LAUNCHES[("a pointer set",)] = "launches"
+        store.put(entry(attn(512), {"BLOCK_M": 128}, source_hash=get_family("attention").source_hash()))
+        assert not sim._SEARCH_SHAPES and not sim._SEARCH_LAUNCHES
+        sim._SEARCH_SHAPES[("a call shape",)] = ("compiled", "plan", "layout", 0)
+        dispatch.clear_caches()
+        assert not sim._SEARCH_SHAPES
+    finally:
+        dispatch.clear_caches()

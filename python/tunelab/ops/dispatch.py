@@ -11,6 +11,7 @@ from typing import Any, Callable, Hashable, Mapping
 from tunelab.errors import TunelabError
 
 _CACHE: dict[tuple, tuple[dict, str]] = {}
+_ON_CLEAR: list[Callable[[], None]] = []
 
 
 def device_name(index: int) -> str:
@@ -62,6 +63,15 @@ def resolve(family: str, device_index: int, problem: Callable[[], Mapping[str, A
     return dict(cfg), source
 
 
+def on_clear(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` whenever the resolved configs are forgotten (:func:`clear_caches`, a store write): an op
+    that caches more per resolved config (the search's call shapes) drops it with them. Once per callback."""
+    if callback not in _ON_CLEAR:
+        _ON_CLEAR.append(callback)
+
+
 def clear_caches() -> None:
-    """Forget every op's resolved configs."""
+    """Forget every op's resolved configs (and what the ops cached from them: :func:`on_clear`)."""
     _CACHE.clear()
+    for callback in _ON_CLEAR:
+        callback()

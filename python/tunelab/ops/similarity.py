@@ -61,6 +61,7 @@ from tunelab import dtypes as _dtypes
 from tunelab.ops import config as _config
 from tunelab.ops import dispatch as _dispatch
 from tunelab.ops import eager as _eager
+from tunelab.ops import workspace as _workspace
 from tunelab.ops.loading import DeviceFunctions, current_stream
 from tunelab.errors import ConfigError, InputError
 from tunelab.kernel import smem_limit
@@ -663,19 +664,23 @@ class CompiledSearch:
         """Whether the search keeps no top-k and the select kernel follows it (``MERGE`` 5, 6 or 7)."""
         return self.dense or self.filtered
 
+    def candidate_layout(self, plan: dict, nq: int, n: int, k: int) -> tuple:
+        """The shapes and dtypes of :meth:`candidate_buffers`' two tensors: ``((shape, dtype name) or None,
+        (shape, dtype name) or None)`` (every dtype is 4 bytes wide)."""
+        if self.selects:
+            ld = filter_ld(plan, self.config) if self.filtered else dense_ld(n)
+            return ((nq, ld), "float32"), (((nq, ld), "int32") if self.filtered else None)
+        return ((plan["splits"], nq, k), "float32"), ((plan["splits"], nq, k), "int32")
+
     def candidate_buffers(self, plan: dict, nq: int, n: int, k: int, device):
         """(cand_key, cand_idx) for one search launch: the splits' candidate lists, [splits][nq][k] float32 and
         int32; with ``MERGE=5`` the dense key matrix, [nq][N rounded up to 4] float32, and None; with ``MERGE=6``
         the candidate rows, [nq][:func:`filter_ld`] float32 and int32 (a segment per split with room for its every
-        row, then the segments' counts)."""
+        row, then the segments' counts). Their layout: :meth:`candidate_layout`."""
         import torch
 
-        if self.selects:
-            ld = filter_ld(plan, self.config) if self.filtered else dense_ld(n)
-            keys = torch.empty((nq, ld), dtype=torch.float32, device=device)
-            return keys, torch.empty_like(keys, dtype=torch.int32) if self.filtered else None
-        return (torch.empty((plan["splits"], nq, k), dtype=torch.float32, device=device),
-                torch.empty((plan["splits"], nq, k), dtype=torch.int32, device=device))
+        return tuple(None if spec is None else torch.empty(spec[0], dtype=getattr(torch, spec[1]), device=device)
+                     for spec in self.candidate_layout(plan, nq, n, k))
 
     def search_args(self, queries, corpus_ptr: int, c_stride: int, n: int, k: int, cand_key, cand_idx,
                     index_base: int, list_offset: int, plan: dict):
@@ -1022,10 +1027,9 @@ def resolve_config(device_index: int, *, nq: int, n: int, d: int, k: int, dtype:
 
 
 def clear_caches() -> None:
-    """Forget resolved configs of every op and the search's cached launches (compiled kernels stay loaded)."""
-    _dispatch.clear_caches()
-    _SEARCH_SHAPES.clear()
-    _SEARCH_LAUNCHES.clear()
+    """Forget resolved configs of every op and the search's cached call shapes and launches (compiled kernels stay
+    loaded; the search's scratch buffers are :func:`release_memory`'s)."""
+    _dispatch.clear_caches()  # and, through its on_clear, _forget_call_shapes()
 
 
 def _fit_vec(cfg: dict, dtype: str, pointers, strides, d: int, explicit: bool, k: int, metric: str,
@@ -1070,14 +1074,20 @@ def needs_padding(dtype_code: int, d: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ the search
-#: The host path of an in-memory search, cached so that a repeated call costs two allocations and two launches
-#: (``benchmarks/similarity_op_host.py``): per call shape (device, config, dtype, metric, sizes, row strides, pointer
-#: alignment) the compiled search and its grid plan; per set of pointers (inputs, candidate buffers, outputs: torch's
-#: caching allocator hands a loop the same few) the two prepared launches, whose argument blobs (TMA descriptors
-#: included) are functions of exactly those keys. Each dict is emptied when it reaches _LAUNCH_CACHE_MAX entries.
+#: The host path of an in-memory search, cached so that a repeated call costs two allocations (its outputs) and one
+#: graph launch (``benchmarks/similarity_op_host_parts.py``): per call shape (device, config or, for the op, its
+#: config string, dtype, metric, sizes, row strides, pointer alignment) the compiled search, its grid plan and the
+#: layout of its candidate buffers (kept between calls on a stream: ``ops/workspace.py``); per set of pointers
+#: (inputs, candidate buffers, outputs: torch's caching allocator hands a loop the same few) the two prepared
+#: launches, whose argument blobs (TMA descriptors included) are functions of exactly those keys, replayed as one
+#: CUDA graph from their GRAPH_AFTER-th use (:class:`_Launches`). Each dict is emptied when it reaches
+#: _LAUNCH_CACHE_MAX entries, and both when ``ops.dispatch`` forgets its resolved configs (_forget_call_shapes).
 _SEARCH_SHAPES: dict[tuple, tuple] = {}
-_SEARCH_LAUNCHES: dict[tuple, tuple] = {}
+_SEARCH_LAUNCHES: dict[tuple, "_Launches"] = {}
 _LAUNCH_CACHE_MAX = 256
+#: Uses of one set of prepared launches before they are recorded into a graph: a pointer set seen once (new
+#: inputs every call) never pays the graph's capture (~0.1-0.3 ms).
+GRAPH_AFTER = 2
 
 
 def _remember(cache: dict, key: tuple, value):
@@ -1087,8 +1097,45 @@ def _remember(cache: dict, key: tuple, value):
     return value
 
 
-def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool, splits: int | None = None,
-                dev: int | None = None, dt: str | None = None):
+class _Launches:
+    """The prepared launches (search, then the merge or select of its candidates) of one call shape and pointer
+    set. Made one by one for their first GRAPH_AFTER - 1 uses, then recorded into a ``_core.LaunchGraph`` and
+    replayed with one driver call (which, on a stream being captured into a caller's graph, makes them one by one:
+    they become nodes of that graph). A graph that cannot be made (an old driver) is not tried again."""
+
+    __slots__ = ("launches", "graph", "uses")
+
+    def __init__(self, launches: tuple):
+        self.launches = launches
+        self.graph = None
+        self.uses = 0
+
+    def __call__(self, stream: int) -> None:
+        graph = self.graph
+        if graph is not None:
+            graph(stream)
+            return
+        for launch in self.launches:
+            launch(stream)
+        self.uses += 1
+        if self.uses == GRAPH_AFTER and not _core.stream_is_capturing(stream):
+            try:
+                self.graph = _core.LaunchGraph(list(self.launches))
+            except Exception as exc:  # noqa: BLE001 - the launches still work one by one
+                import warnings
+
+                warnings.warn(f"the search's launches could not be recorded into a CUDA graph ({exc}); they are "
+                              "made one by one", stacklevel=2)
+        elif self.uses == GRAPH_AFTER:
+            self.uses -= 1  # try again at a call outside the capture
+
+
+def _search_gpu(queries, corpus, k: int, metric: str, cfg, explicit: bool, splits: int | None = None,
+                dev: int | None = None, dt: str | None = None, cfg_key=None):
+    """Search a GPU corpus (``queries``, ``corpus``: validated) with ``cfg``; returns (scores, indices).
+
+    ``cfg``: the config dict; or, with ``cfg_key`` (what the config is a function of besides this call's shapes:
+    the op's config string), a callable that makes it, called only when the call shape is not cached yet."""
     import torch
 
     dev = _device_index(queries) if dev is None else dev
@@ -1103,27 +1150,50 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg: dict, explicit: bool,
     if n == 1:
         corpus = _row_strided(corpus)
     qp, cp, qs, cs = queries.data_ptr(), corpus.data_ptr(), queries.stride(0), corpus.stride(0)
-    shape_key = (dev, tuple(cfg.items()), explicit, dt, metric, nq, n, d, k, splits, qs, cs, (qp | cp) & 15)
+    shape_key = (dev, tuple(cfg.items()) if cfg_key is None else cfg_key, explicit, dt, metric, nq, n, d, k, splits,
+                 qs, cs, (qp | cp) & 15)
     shape = _SEARCH_SHAPES.get(shape_key)
     if shape is None:
+        if cfg_key is not None:
+            cfg = cfg()
         fitted = _fit_vec(cfg, dt, [qp, cp], [qs, cs], d, explicit, k, metric, _arch(dev))
         compiled = compile_search(fitted, dtype=dt, metric=metric, arch=_arch(dev))
-        shape = _remember(_SEARCH_SHAPES, shape_key, (compiled, compiled.plan(dev, nq, n, k, splits)))
-    compiled, plan = shape
+        plan = compiled.plan(dev, nq, n, k, splits)
+        layout = compiled.candidate_layout(plan, nq, n, k)
+        nbytes = sum(4 * _prod(spec[0]) for spec in layout if spec is not None)
+        shape = _remember(_SEARCH_SHAPES, shape_key, (compiled, plan, layout, nbytes))
+    compiled, plan, layout, nbytes = shape
     device = queries.device
-    cand_key, cand_idx = compiled.candidate_buffers(plan, nq, n, k, device)
-    scores = torch.empty((nq, k), dtype=torch.float32, device=device)
-    indices = torch.empty((nq, k), dtype=torch.int64, device=device)
+    stream = current_stream(device)
+    cand_key, cand_idx = _workspace.reuse(dev, stream, layout, nbytes,
+                                          lambda: compiled.candidate_buffers(plan, nq, n, k, device))
+    scores = queries.new_empty((nq, k), dtype=torch.float32)  # ~1 us less than torch.empty(..., device=)
+    indices = queries.new_empty((nq, k), dtype=torch.int64)
     launch_key = (shape_key, qp, cp, cand_key.data_ptr(), 0 if cand_idx is None else cand_idx.data_ptr(),
                   scores.data_ptr(), indices.data_ptr())
     launches = _SEARCH_LAUNCHES.get(launch_key)
     if launches is None:
-        launches = _remember(_SEARCH_LAUNCHES, launch_key,
-                             compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan))
-    stream = current_stream(device)
-    for launch in launches:  # the search, then the merge of its candidates
-        launch(stream)
+        launches = _remember(_SEARCH_LAUNCHES, launch_key, _Launches(
+            compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan)))
+    launches(stream)
     return scores, indices
+
+
+def _prod(shape) -> int:
+    out = 1
+    for x in shape:
+        out *= int(x)
+    return out
+
+
+def _forget_call_shapes() -> None:
+    """Drop the search's cached call shapes and launches: the op's call shapes hold configs resolved from the store
+    (``ops.dispatch`` calls this when it forgets its own: a store write, ``clear_caches``)."""
+    _SEARCH_SHAPES.clear()
+    _SEARCH_LAUNCHES.clear()
+
+
+_dispatch.on_clear(_forget_call_shapes)
 
 
 _ARCH: dict[int, str] = {}
@@ -1150,12 +1220,15 @@ def _run_search(queries, corpus, k: int, metric: str, config: str, memory_fracti
     nq, d = queries.shape
     n = corpus.shape[0]
     explicit = bool(config)
-    if explicit:
-        cfg = dict(_explicit_config(config, k, dt, metric, _arch(dev)))
-    else:
-        cfg, _ = resolve_config(dev, nq=nq, n=n, d=d, k=k, dtype=dt, metric=metric)
-    if corpus.is_cuda and memory_budget <= 0 and chunk_rows <= 0:
-        return _search_gpu(queries, corpus, k, metric, cfg, explicit, dev=dev, dt=dt)
+
+    def resolved() -> dict:
+        if explicit:
+            return dict(_explicit_config(config, k, dt, metric, _arch(dev)))
+        return resolve_config(dev, nq=nq, n=n, d=d, k=k, dtype=dt, metric=metric)[0]
+
+    if corpus.is_cuda and memory_budget <= 0 and chunk_rows <= 0:  # resolved only for a call shape not cached yet
+        return _search_gpu(queries, corpus, k, metric, resolved, explicit, dev=dev, dt=dt, cfg_key=("op", config))
+    cfg = resolved()
     from tunelab.ops.streaming import search_streamed
 
     return search_streamed(queries, corpus, k, metric=metric, config=cfg, explicit=explicit,
@@ -1356,10 +1429,20 @@ def search_unfused(queries, corpus, k: int, *, gemm_config: Mapping[str, Any] | 
 
 # ------------------------------------------------------------------------------------------------ memory
 def release_memory() -> None:
-    """Free the pinned host and device buffers of streamed searches (also runs at interpreter exit)."""
+    """Free what the search keeps between calls: the scratch buffers of in-memory searches (``ops/workspace.py``),
+    their recorded launch graphs, and the pinned host and device buffers of streamed searches (also runs at
+    interpreter exit). Memory still in use by queued kernels is freed once they are done."""
     from tunelab.ops import streaming
 
+    held = _workspace.held_bytes()
+    _workspace.release()
+    _SEARCH_LAUNCHES.clear()
     streaming.release_memory()
+    if held:
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
 
 atexit.register(lambda: _safe_release())

@@ -1,0 +1,68 @@
+"""Scratch tensors an op keeps from one call to the next on the same stream, so that a repeated call does not pay
+torch's caching allocator for them again (the similarity search's dense key matrix: ~4-6 us of host time a call on
+an H200 host, ``benchmarks/results/similarity_op_host_parts_hot_h200.json``).
+
+Safe reuse rests on stream order. The tensors of a slot are made on torch's current stream of the call, and every
+later call that gets them back launches on that same stream, so its kernels run after every kernel queued before
+them, those of the earlier calls included. Two threads on one stream interleave their launches, so a slot belongs
+to one (device, stream, thread). Nothing is kept:
+
+- while the stream is being captured into a CUDA graph: the graph must own what its kernels use (torch's graph
+  pool), for as long as the graph lives, which a slot cannot promise;
+- above :data:`MAX_BYTES`: a call that needs that much scratch runs kernels far longer than an allocation, and
+  holding it between calls would take the memory from everything else.
+
+At most :data:`MAX_SLOTS` slots are held (the oldest is dropped first); dropping a slot frees its tensors through
+torch's allocator, which reuses the memory only after the work queued on their stream. :func:`release` drops them
+all (``tunelab.ops.similarity.release_memory`` calls it).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Hashable
+
+#: Largest scratch (bytes, the tensors of one slot together) kept between calls.
+MAX_BYTES = 64 << 20
+#: Most slots held at once.
+MAX_SLOTS = 16
+
+_slots: dict[tuple, tuple[Hashable, tuple]] = {}
+_lock = threading.Lock()
+
+
+def reuse(device: int, stream: int, spec: Hashable, nbytes: int, make: Callable[[], tuple]) -> tuple:
+    """The tensors ``make()`` returns for ``spec`` (any hashable description of them: shapes, dtypes), kept for the
+    next call with the same ``spec`` on ``stream`` (a handle, torch's current stream of ``device``, on which the
+    tensors are used) from this thread; ``nbytes``: their size together. A slot whose ``spec`` differs is replaced.
+    Returns ``make()``'s result unkept while ``stream`` is being captured into a CUDA graph or above MAX_BYTES."""
+    if nbytes > MAX_BYTES or _capturing(stream):
+        return make()
+    key = (device, stream, threading.get_ident())
+    held = _slots.get(key)
+    if held is not None and held[0] == spec:
+        return held[1]
+    tensors = make()
+    with _lock:
+        _slots.pop(key, None)
+        while len(_slots) >= MAX_SLOTS:
+            _slots.pop(next(iter(_slots)))
+        _slots[key] = (spec, tensors)
+    return tensors
+
+
+def _capturing(stream: int) -> bool:
+    from tunelab import _core
+
+    return bool(_core.stream_is_capturing(stream))
+
+
+def held_bytes() -> int:
+    """Bytes held by the slots now."""
+    with _lock:
+        return sum(t.numel() * t.element_size() for _, tensors in _slots.values() for t in tensors if t is not None)
+
+
+def release() -> None:
+    """Drop every slot (their memory goes back to torch's allocator once the work queued on it is done)."""
+    with _lock:
+        _slots.clear()
