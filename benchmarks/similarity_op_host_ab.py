@@ -17,7 +17,8 @@ what it runs on (not a GPU timing).
 Results: benchmarks/results/similarity_op_host_ab[_TAG].json (every round's figures, the medians over rounds and
 their ratio); a table last.
 
-    python3 benchmarks/similarity_op_host_ab.py --before DIR [--rounds 5] [--no-gpu] [--tag h200]
+    python3 benchmarks/similarity_op_host_ab.py --before DIR [--rounds 5] [--shapes 1x1024,100x50000] [--no-gpu]
+                                                [--tag h200]
 """
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import int_in, write_result  # noqa: E402
 
 SHAPES = ((1, 1024), (100, 50_000))
+
+
+def shape_list(text: str) -> tuple[tuple[int, int], ...]:
+    """``--shapes``: comma-separated NQxN (e.g. 1x1024,100x4096)."""
+    out = []
+    for item in text.split(","):
+        nq, x, n = item.strip().partition("x")
+        if not (x and nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0):
+            raise argparse.ArgumentTypeError(f"{item!r} is not NQxN with positive integers (e.g. 100x4096)")
+        out.append((int(nq), int(n)))
+    return tuple(out)
 D, K, CALLS, REPEATS = 768, 10, 300, 5
 
 # One version's measurement, run in a fresh process (so that each version imports its own modules).
@@ -113,12 +125,12 @@ def overlay(before: Path) -> Path:
     return root
 
 
-def measure(pythonpath: Path | None, child: str) -> dict:
+def measure(pythonpath: Path | None, child: str, shapes=SHAPES) -> dict:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{env.get('PYTHONPATH', '')}"
     here = str(Path(__file__).resolve().parent)
-    run = subprocess.run([sys.executable, "-c", child, here, json.dumps(SHAPES)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", child, here, json.dumps(shapes)], capture_output=True, text=True,
                          env=env, timeout=600)
     if run.returncode != 0:
         raise SystemExit(f"the timing process failed:\n{run.stderr[-3000:]}")
@@ -133,6 +145,8 @@ def main() -> int:
                     help="rounds of both versions (5)")
     ap.add_argument("--no-gpu", action="store_true",
                     help="time the validation and the cached config resolution on the CPU instead (no GPU needed)")
+    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="NQxN,...",
+                    help="call shapes (default 1x1024,100x50000)")
     ap.add_argument("--tag", help="suffix of the result file's name")
     args = ap.parse_args()
     if not args.before.is_dir():
@@ -142,7 +156,7 @@ def main() -> int:
     for r in range(args.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
         for arm in order:
-            got = measure(old if arm == "before" else None, CHILD_NO_GPU if args.no_gpu else CHILD)
+            got = measure(old if arm == "before" else None, CHILD_NO_GPU if args.no_gpu else CHILD, args.shapes)
             rounds[arm].append(got)
             print(f"round {r + 1}/{args.rounds} {arm:>6}: " + ", ".join(
                 f"{s} {got[s]:.1f} us" for s in got if s != "module"), flush=True)

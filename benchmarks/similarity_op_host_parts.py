@@ -10,11 +10,13 @@ This script measures, on the GPU's host:
   steps     each step of the path alone: "idle", the host time of one call with the GPU idle (synchronized before
             each call, outside the timed region), and "hot", the host time per call of a burst of BURST calls back
             to back (as a loop of calls, or the timer's samples, run them: warm CPU caches; BURST is small enough
-            that the launch queue never fills); medians over CALLS calls, in ROUNDS interleaved rounds. Next to
-            them, alternatives for a step: an allocation by ``Tensor.new_empty``, and the two launches as one CUDA
-            graph (``graph``: torch.cuda.CUDAGraph.replay of the pair captured on these buffers)
-  protocol  the op and its own two prepared launches (the launches the op's cache holds for these inputs) under the
-            core's timer after the protocol's flush, and both again with a GPU sleep of SLEEP_US queued after the
+            that the launch queue never fills); medians over CALLS calls, in ROUNDS interleaved rounds. Some steps
+            are the op's (validate .. workspace, launch_search / _select or graph), some its forms before (resolve,
+            shape_key: a cached call shape skips them; empty_keys: kept between calls now; the two launches, made
+            one by one until a pointer set's second use) or another form (new_empty)
+  protocol  the op, its own two prepared launches (the launches the op's cache holds for these inputs) and their
+            LaunchGraph (one replay, as the op makes them from a pointer set's second use) under the core's timer
+            after the protocol's flush, and the op and launches again with a GPU sleep of SLEEP_US queued after the
             flush (the timer's untimed ``prepare``), which gives the host time to queue the op's launches before
             the GPU reaches them: if the op is slower than its launches only without the sleep, its host path is
             what the protocol sees
@@ -74,8 +76,10 @@ def steps_of(q, c, k: int) -> dict:
     """Step name -> a callable doing that step of the op's path for (q, c, k) alone (its caches warm)."""
     import torch
 
+    from tunelab import _core
     from tunelab.ops import eager as _eager
     from tunelab.ops import similarity as sim
+    from tunelab.ops import workspace
     from tunelab.ops.loading import current_stream
 
     nq, n = q.shape[0], c.shape[0]
@@ -83,21 +87,11 @@ def steps_of(q, c, k: int) -> dict:
     cfg, _ = sim.resolve_config(dev, nq=nq, n=n, d=q.shape[1], k=k, dtype=dt, metric="ip")
     sim.similarity_search(q, c, k)  # fills the op's caches for these inputs
     shape_key = next(key for key in sim._SEARCH_SHAPES if key[0] == dev and key[5:9] == (nq, n, q.shape[1], k))
-    compiled, plan = sim._SEARCH_SHAPES[shape_key]
-    launches = next(v for key, v in sim._SEARCH_LAUNCHES.items() if key[0] == shape_key)
+    compiled, plan, layout, nbytes = sim._SEARCH_SHAPES[shape_key]
+    launches = next(v for key, v in sim._SEARCH_LAUNCHES.items() if key[0] == shape_key).launches
     keys, _ = compiled.candidate_buffers(plan, nq, n, k, q.device)
     stream = current_stream(q.device)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-            for launch in launches:
-                launch(side.cuda_stream)
-    except Exception as exc:  # noqa: BLE001 - reported, and the graph's step left out
-        print(f"the pair could not be captured in a CUDA graph: {exc}")
-        graph = None
-    torch.cuda.current_stream().wait_stream(side)
+    graph = _core.LaunchGraph(list(launches))
     return {
         "op": lambda: sim.similarity_search(q, c, k),
         "validate": lambda: sim.validate_search_inputs(q, c, k, "ip"),
@@ -106,12 +100,13 @@ def steps_of(q, c, k: int) -> dict:
         "search_gpu": lambda: sim._search_gpu(q, c, k, "ip", cfg, False, dev=dev, dt=dt),
         "empty_keys": lambda: torch.empty(tuple(keys.shape), dtype=torch.float32, device=q.device),
         "empty_scores": lambda: torch.empty((nq, k), dtype=torch.float32, device=q.device),
-        "empty_indices": lambda: torch.empty((nq, k), dtype=torch.int64, device=q.device),
         "new_empty": lambda: q.new_empty((nq, k), dtype=torch.float32),
         "stream": lambda: current_stream(q.device),
+        "capturing": lambda: _core.stream_is_capturing(stream),
+        "workspace": lambda: workspace.reuse(dev, stream, layout, nbytes, lambda: (keys, None)),
         "launch_search": lambda: launches[0](stream),
         "launch_select": lambda: launches[1](stream),
-        **({"graph": graph.replay} if graph is not None else {}),
+        "graph": lambda: graph(stream),
         "shape_key": lambda: tuple(cfg.items()),
     }, launches, graph
 
@@ -158,7 +153,7 @@ def main() -> int:
     calls = {"op": (steps["op"], {"flush_l2": True}), "launches": (pair, {"flush_l2": True}),
              "op+sleep": (steps["op"], {"flush_l2": True, "prepare": sleep}),
              "launches+sleep": (pair, {"flush_l2": True, "prepare": sleep}),
-             **({"graph": (graph.replay, {"flush_l2": True})} if graph is not None else {}),
+             "graph": (steps["graph"], {"flush_l2": True}),
              "flush": (lambda: flush_buf.fill_(0x5a5a5a5a), {"flush_l2": False})}
     timed = time_rounds(calls, rounds=PROTOCOL_ROUNDS, samples=PROTOCOL_SAMPLES)
     protocol = {name: summarize(s) for name, s in timed.items()}

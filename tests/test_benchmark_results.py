@@ -105,6 +105,12 @@ def test_op_host_ab_overlay_puts_the_before_files_in_place(load_benchmark, tmp_p
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match=r"no files to put in place"):
         script.overlay(tmp_path / "empty")
+    import argparse
+
+    assert script.shape_list("1x1024, 100x4096") == ((1, 1024), (100, 4096))
+    for bad in ("100", "0x10", "ax5", "1x1024,"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not NQxN"):
+            script.shape_list(bad)
 
 
 def test_sass_compare_tells_a_comment_from_a_code_change(load_benchmark, tmp_path):
