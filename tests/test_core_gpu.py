@@ -216,6 +216,24 @@ def test_launch_graph_replays_its_launches_in_order_and_joins_a_callers_capture(
 
     with pytest.raises(ConfigError, match="at least one launch"):
         _core.LaunchGraph([])
+    # a worker thread that has not used CUDA yet (no context current) can ask, and replay
+    import threading
+
+    answers = []
+
+    def worker():
+        try:
+            answers.append(_core.stream_is_capturing(0, 0))
+            graph(0)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            answers.append(exc)
+
+    y.zero_()
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    torch.cuda.synchronize()
+    assert answers == [False] and torch.allclose(y, 5.0 * x, rtol=1e-6, atol=1e-5)
 
 
 def test_out_of_bounds_write_reports_a_poisoned_context_in_a_subprocess():

@@ -16,7 +16,7 @@ from tunelab.ops import workspace  # noqa: E402
 @pytest.fixture()
 def slots(monkeypatch):
     capturing = set()
-    monkeypatch.setattr(workspace, "_capturing", lambda stream: stream in capturing)
+    monkeypatch.setattr(workspace, "_capturing", lambda stream, device: stream in capturing)
     workspace.release()
     yield capturing
     workspace.release()

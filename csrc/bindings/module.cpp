@@ -293,9 +293,12 @@ PYBIND11_MODULE(_core, m) {
              }), py::arg("launches"))
         .def("__call__", [](LaunchGraph& g, unsigned long long stream) { g(reinterpret_cast<CUstream>(stream)); },
              py::arg("stream") = 0);
-    m.def("stream_is_capturing", [](unsigned long long stream) {
-        return stream_is_capturing(reinterpret_cast<CUstream>(stream));
-    }, py::arg("stream"), "Whether the CUDA stream `stream` (a handle) is being captured into a graph right now.");
+    m.def("stream_is_capturing", [](unsigned long long stream, int device) {
+        return stream_is_capturing(reinterpret_cast<CUstream>(stream), device);
+    }, py::arg("stream"), py::arg("device") = -1,
+       "Whether the CUDA stream `stream` (a handle; 0, the legacy stream, of `device`) is being captured into a graph "
+       "right now. Makes `device`'s context current first when none of it is (default: the current one, else device "
+       "0's), as a launch there would.");
 
     py::class_<Function, std::shared_ptr<Function>>(m, "Function", "A kernel in a loaded module.")
         .def_property_readonly("name", &Function::name)

@@ -29,7 +29,8 @@ CUgraphExec capture_graph(const std::function<void(CUstream)>& record) {
     return exec;
 }
 
-bool stream_is_capturing(CUstream stream) {
+bool stream_is_capturing(CUstream stream, int device) {
+    ensure_context(device);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const CUresult r = driver().cuStreamIsCapturing(stream, &status);
     // The legacy default stream while another stream of its context is captured in global mode: work on it would
@@ -55,11 +56,14 @@ LaunchGraph::~LaunchGraph() {
 }
 
 void LaunchGraph::operator()(CUstream stream) {
-    if (stream_is_capturing(stream)) {
-        for (auto& l : launches_) (*l)(stream);
+    launches_.front()->activate();  // the graph's context current, as for a launch (and for the capture check)
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult r = driver().cuStreamIsCapturing(stream, &status);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || status != CU_STREAM_CAPTURE_STATUS_NONE) {
+        for (auto& l : launches_) (*l)(stream);  // joins the capture (or fails as a launch would, by name)
         return;
     }
-    launches_.front()->activate();  // the graph's context must be current, as for a launch
+    check(r, "cuStreamIsCapturing");
     check(driver().cuGraphLaunch(exec_, stream), "cuGraphLaunch");
 }
 

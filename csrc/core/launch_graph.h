@@ -20,8 +20,10 @@ namespace tunelab {
 CUgraphExec capture_graph(const std::function<void(CUstream)>& record);
 
 // Whether `stream` is being captured into a CUDA graph right now (cuStreamIsCapturing; the legacy default stream also
-// while another stream of its context is captured in global mode).
-bool stream_is_capturing(CUstream stream);
+// while another stream of its context is captured in global mode). Makes a context current first, as a launch on
+// `device` would (ensure_context: the current one if it is that device's, else its primary context), so that a
+// thread that has not used CUDA yet can ask, and the legacy stream (handle 0) means that device's.
+bool stream_is_capturing(CUstream stream, int device = -1);
 
 class LaunchGraph {
 public:

@@ -1116,7 +1116,7 @@ class _Launches:
             graph(stream)
             return
         for launch in self.launches:
-            launch(stream)
+            launch(stream)  # (makes the launches' context current: the capture check asks in it)
         self.uses += 1
         if self.uses == GRAPH_AFTER and not _core.stream_is_capturing(stream):
             try:

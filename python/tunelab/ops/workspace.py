@@ -35,7 +35,7 @@ def reuse(device: int, stream: int, spec: Hashable, nbytes: int, make: Callable[
     next call with the same ``spec`` on ``stream`` (a handle, torch's current stream of ``device``, on which the
     tensors are used) from this thread; ``nbytes``: their size together. A slot whose ``spec`` differs is replaced.
     Returns ``make()``'s result unkept while ``stream`` is being captured into a CUDA graph or above MAX_BYTES."""
-    if nbytes > MAX_BYTES or _capturing(stream):
+    if nbytes > MAX_BYTES or _capturing(stream, device):
         return make()
     key = (device, stream, threading.get_ident())
     held = _slots.get(key)
@@ -50,10 +50,10 @@ def reuse(device: int, stream: int, spec: Hashable, nbytes: int, make: Callable[
     return tensors
 
 
-def _capturing(stream: int) -> bool:
+def _capturing(stream: int, device: int) -> bool:
     from tunelab import _core
 
-    return bool(_core.stream_is_capturing(stream))
+    return bool(_core.stream_is_capturing(stream, device))
 
 
 def held_bytes() -> int:
