@@ -655,7 +655,11 @@ def test_eager_calls_skip_the_dispatcher_and_reuse_launches():
     for _ in range(20):
         got = sim.similarity_search(q, c, 5)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    assert len(sim._SEARCH_SHAPES) == 1 and 1 <= len(sim._SEARCH_LAUNCHES) <= 4, len(sim._SEARCH_LAUNCHES)
+    # the outputs of the call before are alive during each call, so torch's allocator cycles through a few pointer
+    # sets (6 on an H200 at 0b90bfc): each is prepared once, and one used again is replayed as a graph
+    launches = list(sim._SEARCH_LAUNCHES.values())
+    assert len(sim._SEARCH_SHAPES) == 1 and 1 <= len(launches) <= 8, len(launches)
+    assert any(e.graph is not None for e in launches)
     other = sim.similarity_search(q, c2, 5)
     assert torch.equal(other[0], want[0]) and torch.equal(other[1], (want[1] + 777) % 2000)
     sim.clear_caches()
@@ -690,15 +694,20 @@ def test_repeated_calls_reuse_scratch_and_replay_one_graph(dense):
     assert check_topk(*want, q, c, 10, "ip").ok
     held = workspace.held_bytes()
     assert held > 0
-    for _ in range(4):
+    got = None
+    for _ in range(12):
+        got = None  # the outputs freed before each call: the allocator soon hands every call the same pointers
         got = sim.similarity_search(q, c, 10, config=config)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert workspace.held_bytes() == held  # the same buffers, not new ones
-    graphs = [e.graph for e in sim._SEARCH_LAUNCHES.values() if e.uses >= sim.GRAPH_AFTER]
-    assert graphs and all(g is not None for g in graphs)
+    entries = list(sim._SEARCH_LAUNCHES.values())
+    assert any(e.graph is not None for e in entries), [(e.uses, e.replays) for e in entries]
+    replays = sum(e.replays for e in entries)
     rolled = torch.roll(c, 333, 0)
     c.copy_(rolled)  # same pointers: the recorded graph, reading the new rows
+    got = None
     got = sim.similarity_search(q, c, 10, config=config)
+    assert sum(e.replays for e in sim._SEARCH_LAUNCHES.values()) == replays + 1  # served by a graph
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], (want[1] + 333) % c.shape[0])
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -1103,17 +1103,19 @@ class _Launches:
     replayed with one driver call (which, on a stream being captured into a caller's graph, makes them one by one:
     they become nodes of that graph). A graph that cannot be made (an old driver) is not tried again."""
 
-    __slots__ = ("launches", "graph", "uses")
+    __slots__ = ("launches", "graph", "uses", "replays")
 
     def __init__(self, launches: tuple):
         self.launches = launches
         self.graph = None
-        self.uses = 0
+        self.uses = 0  # calls made launch by launch
+        self.replays = 0  # calls made by the graph
 
     def __call__(self, stream: int) -> None:
         graph = self.graph
         if graph is not None:
             graph(stream)
+            self.replays += 1
             return
         for launch in self.launches:
             launch(stream)  # (makes the launches' context current: the capture check asks in it)
