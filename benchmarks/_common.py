@@ -176,7 +176,7 @@ def current_stream() -> int:
 
     from tunelab.ops.loading import current_stream as on_device
 
-    return on_device(torch.device("cuda", torch.cuda.current_device()))
+    return on_device(torch.cuda.current_device())
 
 
 #: A kernel that only reads its input (16-byte streaming loads, nothing written): the floor of any search over the

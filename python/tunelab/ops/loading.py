@@ -37,12 +37,13 @@ class DeviceFunctions:
 
 
 def current_stream(device) -> int:
-    """The handle of torch's current stream on ``device`` (a ``torch.device`` with an index), for a launch. torch's
-    private accessor takes ~0.3 us, ``torch.cuda.current_stream(device).cuda_stream`` ~3 us: this is on every op
-    call's path."""
+    """The handle of torch's current stream on ``device`` (a ``torch.device`` with an index, or the index), for a
+    launch. torch's private accessor takes ~0.3 us, ``torch.cuda.current_stream(device).cuda_stream`` ~3 us: this is
+    on every op call's path."""
     import torch
 
+    index = device if isinstance(device, int) else device.index
     try:
-        return int(torch._C._cuda_getCurrentRawStream(device.index))
+        return int(torch._C._cuda_getCurrentRawStream(index))
     except AttributeError:  # a torch without the accessor
-        return int(torch.cuda.current_stream(device).cuda_stream)
+        return int(torch.cuda.current_stream(index).cuda_stream)
