@@ -3,8 +3,22 @@
 #include "core/errors.h"
 
 namespace tunelab {
+namespace {
+// This thread's stream-capture mode set to relaxed while it lives, the old one restored after.
+class RelaxedCaptureMode {
+public:
+    RelaxedCaptureMode() { check(driver().cuThreadExchangeStreamCaptureMode(&mode_), "cuThreadExchangeStreamCaptureMode"); }
+    ~RelaxedCaptureMode() { driver().cuThreadExchangeStreamCaptureMode(&mode_); }
+    RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+    RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+private:
+    CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+}  // namespace
 
 CUgraphExec capture_graph(const std::function<void(CUstream)>& record) {
+    const RelaxedCaptureMode relaxed;
     const DriverApi& d = driver();
     CUstream capture = nullptr;
     check(d.cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
@@ -29,12 +43,27 @@ CUgraphExec capture_graph(const std::function<void(CUstream)>& record) {
     return exec;
 }
 
+void destroy_graph(CUgraphExec exec) {
+    if (!exec) return;
+    const RelaxedCaptureMode relaxed;
+    driver().cuGraphExecDestroy(exec);
+}
+
 bool stream_is_capturing(CUstream stream, int device) {
+    const DriverApi& d = driver();
+    CUcontext before = nullptr;
+    check(d.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
+    struct Restore {
+        CUcontext ctx;
+        ~Restore() {
+            if (ctx) driver().cuCtxSetCurrent(ctx);
+        }
+    } restore{before};
     ensure_context(device);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    const CUresult r = driver().cuStreamIsCapturing(stream, &status);
-    // The legacy default stream while another stream of its context is captured in global mode: work on it would
-    // join (and break) that capture, so it counts as capturing.
+    const CUresult r = d.cuStreamIsCapturing(stream, &status);
+    // The legacy default stream while a blocking stream of its context is captured: work on it would join (and
+    // break) that capture, so it counts as capturing.
     if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
     check(r, "cuStreamIsCapturing");
     return status != CU_STREAM_CAPTURE_STATUS_NONE;
@@ -50,10 +79,7 @@ LaunchGraph::LaunchGraph(std::vector<std::shared_ptr<PreparedLaunch>> launches) 
     });
 }
 
-LaunchGraph::~LaunchGraph() {
-    // A replay still running is not cut short: the driver frees the graph when it completes.
-    if (exec_) driver().cuGraphExecDestroy(exec_);
-}
+LaunchGraph::~LaunchGraph() { destroy_graph(exec_); }
 
 void LaunchGraph::operator()(CUstream stream) {
     launches_.front()->activate();  // the graph's context current, as for a launch (and for the capture check)

@@ -14,15 +14,24 @@
 
 namespace tunelab {
 
-// Records `record(stream)` on a private stream in relaxed capture mode (unrelated CUDA calls of other threads or of
-// `record` itself cannot break it) and returns the instantiated graph; the caller destroys it (cuGraphExecDestroy).
-// The graph's first node depends on nothing: a replay is ordered after the work queued before it on its stream.
+// Records `record(stream)` on a private stream and returns the instantiated graph; the caller destroys it with
+// destroy_graph. Its own capture is in relaxed mode (unrelated CUDA calls of other threads or of `record` cannot break
+// it), and this thread's calls run in relaxed mode throughout, so that they do not break a capture of the caller's
+// either: instantiating a graph is "unsafe" in a global-mode capture of any thread, or a thread-local one of this
+// thread, and would invalidate it (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, seen on an H200 against a torch.cuda.graph
+// capture in another thread). The graph's first node depends on nothing: a replay is ordered after the work queued
+// before it on its stream.
 CUgraphExec capture_graph(const std::function<void(CUstream)>& record);
 
+// cuGraphExecDestroy in relaxed mode, for the same reason (a replay still running completes first: the driver frees
+// the graph then).
+void destroy_graph(CUgraphExec exec);
+
 // Whether `stream` is being captured into a CUDA graph right now (cuStreamIsCapturing; the legacy default stream also
-// while another stream of its context is captured in global mode). Makes a context current first, as a launch on
-// `device` would (ensure_context: the current one if it is that device's, else its primary context), so that a
-// thread that has not used CUDA yet can ask, and the legacy stream (handle 0) means that device's.
+// while a blocking stream of its context is captured). Asks in `device`'s context, as a launch there would
+// (ensure_context: the current one if it is that device's, else its primary context), so that a thread that has not
+// used CUDA yet can ask and the legacy stream (handle 0) means that device's; a context current before is current
+// again after.
 bool stream_is_capturing(CUstream stream, int device = -1);
 
 class LaunchGraph {

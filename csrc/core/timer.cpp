@@ -63,9 +63,7 @@ std::vector<double> time_launches(const LaunchFn& launch, CUstream stream, const
     CUgraphExec exec = nullptr;
     struct ExecGuard {
         CUgraphExec& e;
-        ~ExecGuard() {
-            if (e) driver().cuGraphExecDestroy(e);
-        }
+        ~ExecGuard() { destroy_graph(e); }
     } guard{exec};
 
     for (int i = 0; i < opt.warmup; ++i) launch(stream);
