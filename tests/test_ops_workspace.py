@@ -71,14 +71,28 @@ def test_nothing_kept_while_capturing_or_above_the_size_cap(slots):
     assert workspace.held_bytes() == 0
 
 
-def test_oldest_slot_goes_first_and_release_drops_all(slots):
+def test_slot_used_longest_ago_goes_first_and_release_drops_all(slots):
     for stream in range(workspace.MAX_SLOTS + 3):
         workspace.reuse(0, stream, "s", 16, _maker([]))
     assert workspace.held_bytes() == 16 * workspace.MAX_SLOTS
     log = []
-    workspace.reuse(0, 3, "s", 16, _maker(log))  # the oldest slot kept
+    workspace.reuse(0, 3, "s", 16, _maker(log))  # the oldest slot kept, and now the most recently used
     assert log == []
-    workspace.reuse(0, 0, "s", 16, _maker(log))  # streams 0..2, the oldest, were dropped
-    assert log == [4]
+    workspace.reuse(0, 0, "s", 16, _maker(log))  # streams 0..2, the oldest, were dropped; stream 4's goes now
+    workspace.reuse(0, 3, "s", 16, _maker(log))
+    workspace.reuse(0, 4, "s", 16, _maker(log))
+    assert log == [4, 4]
     workspace.release()
     assert workspace.held_bytes() == 0
+
+
+def test_all_slots_together_stay_under_the_total_cap(slots, monkeypatch):
+    monkeypatch.setattr(workspace, "MAX_TOTAL_BYTES", 40)
+    log = []
+    workspace.reuse(0, 1, "s", 16, _maker(log))
+    workspace.reuse(0, 2, "s", 16, _maker(log))
+    workspace.reuse(0, 3, "s", 16, _maker(log))  # 48 bytes would pass the cap: stream 1's slot goes
+    assert workspace.held_bytes() == 32
+    workspace.reuse(0, 2, "s", 16, _maker(log))
+    workspace.reuse(0, 1, "s", 16, _maker(log))
+    assert log == [4, 4, 4, 4]

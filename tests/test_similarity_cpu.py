@@ -154,6 +154,61 @@ def test_gram_space_and_gates():
     assert rej is not None and "TILE_M == TILE_N" in rej.detail
 
 
+def test_cached_launches_become_one_graph_at_their_second_use_outside_a_capture(monkeypatch):
+    """``_Launches``: made one by one until GRAPH_AFTER uses, then recorded into one LaunchGraph and replayed; the
+    use that would record on a stream being captured does not (the next one outside the capture does); once a
+    recording fails, none is tried again in the process (one warning) and the launches go on one by one; a poisoned
+    context is raised, not swallowed."""
+    import types
+
+    from tunelab.errors import PoisonedContextError
+
+    sim = _sim()
+    made, capturing, fail = [], set(), []
+
+    class FakeGraph:
+        def __init__(self, launches):
+            if fail:
+                raise fail[0]
+            made.append(tuple(launches))
+            self.launches = launches
+
+        def __call__(self, stream):
+            for launch in self.launches:
+                launch(stream)
+
+    monkeypatch.setattr(sim, "_core", types.SimpleNamespace(stream_is_capturing=lambda s: s in capturing,
+                                                            LaunchGraph=FakeGraph))
+    monkeypatch.setattr(sim, "_GRAPHS_FAILED", [])
+    log = []
+    launches = (lambda s: log.append(("search", s)), lambda s: log.append(("select", s)))
+    entry = sim._Launches(launches)
+    capturing.add(9)
+    for _ in range(sim.GRAPH_AFTER + 1):
+        entry(9)  # inside a capture: never recorded
+    assert entry.graph is None and entry.uses == sim.GRAPH_AFTER - 1 and not made
+    entry(7)
+    assert entry.graph is not None and made == [launches] and entry.replays == 0
+    entry(7)
+    entry(9)  # a recorded graph on a stream being captured: the fake, as the core's, launches one by one
+    assert entry.replays == 2 and log[-4:] == [("search", 7), ("select", 7), ("search", 9), ("select", 9)]
+    fail.append(RuntimeError("no graphs on this driver"))
+    other = sim._Launches(launches)
+    with pytest.warns(UserWarning, match="no graphs on this driver"):
+        for _ in range(sim.GRAPH_AFTER):
+            other(7)
+    third = sim._Launches(launches)
+    for _ in range(sim.GRAPH_AFTER + 2):
+        third(7)  # no other recording tried, no other warning
+    assert other.graph is None and third.graph is None and len(log) == 2 * (6 + 3 * sim.GRAPH_AFTER)
+    sim._GRAPHS_FAILED.clear()
+    fail[0] = PoisonedContextError("an illegal address", "cuGraphInstantiateWithFlags", 700)
+    poisoned = sim._Launches(launches)
+    with pytest.raises(PoisonedContextError):
+        for _ in range(sim.GRAPH_AFTER):
+            poisoned(7)
+
+
 def test_resolved_config_fits_each_k_of_a_bucket(tmp_path, monkeypatch):
     """The op's config cache keys on the exact k and nq the config was fitted to: k=600 and k=1024 share a store
     bucket, but a config fitted to 600 does not fit 1024 (it used to be reused, failing at launch)."""

@@ -356,7 +356,8 @@ def test_filtered_search_matches_dense_and_reference(merge):
                     reason="the filtered search's ping-pong configs: sm_90 only")
 def test_filtered_search_from_two_threads_on_one_stream():
     """Two threads calling the filtered search on torch's one default stream, each on its own corpus: every call
-    gets its own corpus's answer (no state outlives a call: each call's search and select use its own buffers), and
+    gets its own corpus's answer (the bars and counts a call leaves in its candidate rows are never read by a later
+    call, and each thread keeps its own candidate rows on the stream: ops/workspace.py), and
     a worker thread's first call, with no CUDA context current in it yet, encodes its tensor maps (the core's
     encoding makes the pointer's device's primary context current first: core/driver.cpp ensure_context_for)."""
     sim = _sim()
@@ -718,6 +719,59 @@ def test_repeated_calls_reuse_scratch_and_replay_one_graph(dense):
     assert torch.equal(captured[0], want[0]) and torch.equal(captured[1], want[1])
     sim.release_memory()
     assert workspace.held_bytes() == 0 and not sim._SEARCH_LAUNCHES
+
+
+def test_recording_and_dropping_graphs_leaves_another_threads_capture_valid():
+    """While another thread captures a CUDA graph in torch's default (global) mode, this thread's searches record
+    their launches into a graph (a pointer set's second use) and drop recorded graphs: the driver calls for both are
+    'unsafe' in a global-mode capture and, made in the default mode, invalidated it (an H200 check with the driver's
+    own calls at 3461415); they run in relaxed mode since. The capture replays its own work right, and the searches
+    answer right."""
+    import threading
+
+    sim = _sim()
+    sim.release_memory()
+    q, c = _inputs("float16", nq=40, n=20001, d=D_WG, seed=9)
+    want = sim.similarity_search(q, c, 10)
+    got = None
+    for _ in range(3):  # the outputs' blocks in torch's cache before the capture: no cudaMalloc during it
+        got = None
+        got = sim.similarity_search(q, c, 10)
+    sim._SEARCH_LAUNCHES.clear()
+    got = None
+    got = sim.similarity_search(q, c, 10)  # prepared now (a first use): the next use records its graph
+    x = torch.randn(4096, device="cuda")
+    started, finish, out, errors = threading.Event(), threading.Event(), [], []
+
+    def capture():
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                y = x * 2
+                started.set()
+                finish.wait(60)
+                y = y + 1
+            out.append((graph, y))
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+            started.set()
+
+    t = threading.Thread(target=capture)
+    t.start()
+    assert started.wait(60)
+    for _ in range(sim.GRAPH_AFTER + 1):  # nothing that synchronizes (a check of the answers) until the capture ends
+        got = None  # each call's outputs freed first: the same pointer set again
+        got = sim.similarity_search(q, c, 10)
+    recorded = sum(e.graph is not None for e in sim._SEARCH_LAUNCHES.values())
+    sim._SEARCH_LAUNCHES.clear()  # destroys the recorded graphs during the capture
+    finish.set()
+    t.join(60)
+    assert not errors, errors
+    graph, y = out[0]
+    graph.replay()
+    torch.cuda.synchronize()
+    assert recorded >= 1 and torch.equal(y, x * 2 + 1)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 # ------------------------------------------------------------------------------------------------ Gram

@@ -1097,11 +1097,16 @@ def _remember(cache: dict, key: tuple, value):
     return value
 
 
+_GRAPHS_FAILED: list[str] = []  # why recording launches into a graph failed in this process, once it has
+
+
 class _Launches:
     """The prepared launches (search, then the merge or select of its candidates) of one call shape and pointer
     set. Made one by one for their first GRAPH_AFTER - 1 uses, then recorded into a ``_core.LaunchGraph`` and
     replayed with one driver call (which, on a stream being captured into a caller's graph, makes them one by one:
-    they become nodes of that graph). A graph that cannot be made (an old driver) is not tried again."""
+    they become nodes of that graph). The use that would record them on a stream being captured does not (the next
+    use outside the capture does). Once a recording has failed (an old driver), no other is tried in this process: the
+    launches are made one by one, with one warning."""
 
     __slots__ = ("launches", "graph", "uses", "replays")
 
@@ -1120,16 +1125,23 @@ class _Launches:
         for launch in self.launches:
             launch(stream)  # (makes the launches' context current: the capture check asks in it)
         self.uses += 1
-        if self.uses == GRAPH_AFTER and not _core.stream_is_capturing(stream):
-            try:
-                self.graph = _core.LaunchGraph(list(self.launches))
-            except Exception as exc:  # noqa: BLE001 - the launches still work one by one
-                import warnings
+        if self.uses != GRAPH_AFTER or _GRAPHS_FAILED:
+            return
+        if _core.stream_is_capturing(stream):
+            self.uses -= 1  # recorded at a call outside the capture
+            return
+        from tunelab.errors import PoisonedContextError
 
-                warnings.warn(f"the search's launches could not be recorded into a CUDA graph ({exc}); they are "
-                              "made one by one", stacklevel=2)
-        elif self.uses == GRAPH_AFTER:
-            self.uses -= 1  # try again at a call outside the capture
+        try:
+            self.graph = _core.LaunchGraph(list(self.launches))
+        except PoisonedContextError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the launches still work one by one
+            import warnings
+
+            _GRAPHS_FAILED.append(str(exc))
+            warnings.warn(f"the search's launches could not be recorded into a CUDA graph ({exc}); in this process "
+                          "they are made one by one", stacklevel=2)
 
 
 def _search_gpu(queries, corpus, k: int, metric: str, cfg, explicit: bool, splits: int | None = None,
