@@ -86,8 +86,10 @@ def test_timer_arguments_are_checked_before_any_gpu_work():
         time_callable(lambda: None, samples=1, prepare=3)
     with pytest.raises(ConfigError, match=r"fn must be a PreparedLaunch or a callable, got str"):
         time_callable("kernel", samples=1)
-    with pytest.raises(ConfigError, match=r"prepare must be a PreparedLaunch or a callable, got int"):
+    with pytest.raises(ConfigError, match=r"prepare must be a PreparedLaunch, a callable or None, got int"):
         _core.time_launches(lambda: None, 0, 0, 1, False, 0, 3)
+    with pytest.raises(ConfigError, match=r"fn must be a PreparedLaunch or a callable, got str"):
+        _core.time_launches("kernel", 0, 0, 1, False, 0, None)
 
 
 def test_signature_of_extern_c_kernel_comes_from_the_source():

@@ -353,19 +353,21 @@ PYBIND11_MODULE(_core, m) {
         CUstream s = reinterpret_cast<CUstream>(stream);
         // A Python callable launches on the current stream itself; it is called with no arguments, exactly where
         // a prepared launch would be, so both are timed by the same loop.
-        auto as_launch = [](const py::object& f, const char* what) -> LaunchFn {
+        // (the messages are tunelab.timing.time_callable's, which checks first)
+        auto as_launch = [](const py::object& f, const char* what, const char* accepted) -> LaunchFn {
             if (py::isinstance<PreparedLaunch>(f)) {
                 auto prepared = f.cast<std::shared_ptr<PreparedLaunch>>();
                 return [prepared](CUstream st) { (*prepared)(st); };
             }
             if (!PyCallable_Check(f.ptr()))
-                throw ConfigError(std::string(what) + " must be a PreparedLaunch or a callable, got " +
+                throw ConfigError(std::string(what) + " must be " + accepted + ", got " +
                                   std::string(py::str(py::type::of(f).attr("__name__"))));
             py::function callable = f.cast<py::function>();
             return [callable](CUstream) { callable(); };
         };
-        const LaunchFn launch = as_launch(fn, "fn");
-        const LaunchFn prep = prepare.is_none() ? LaunchFn() : as_launch(prepare, "prepare");
+        const LaunchFn launch = as_launch(fn, "fn", "a PreparedLaunch or a callable");
+        const LaunchFn prep =
+            prepare.is_none() ? LaunchFn() : as_launch(prepare, "prepare", "a PreparedLaunch, a callable or None");
         if (py::isinstance<PreparedLaunch>(fn) && (prepare.is_none() || py::isinstance<PreparedLaunch>(prepare))) {
             py::gil_scoped_release release;  // no Python in the loop
             return time_launches(launch, s, opt, prep);
