@@ -298,7 +298,7 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("stream"), py::arg("device") = -1,
        "Whether the CUDA stream `stream` (a handle; 0, the legacy stream, of `device`) is being captured into a graph "
        "right now. Makes `device`'s context current first when none of it is (default: the current one, else device "
-       "0's), as a launch there would.");
+       "0's), as a launch there does, and leaves it current.");
 
     py::class_<Function, std::shared_ptr<Function>>(m, "Function", "A kernel in a loaded module.")
         .def_property_readonly("name", &Function::name)

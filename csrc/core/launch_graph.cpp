@@ -50,18 +50,9 @@ void destroy_graph(CUgraphExec exec) {
 }
 
 bool stream_is_capturing(CUstream stream, int device) {
-    const DriverApi& d = driver();
-    CUcontext before = nullptr;
-    check(d.cuCtxGetCurrent(&before), "cuCtxGetCurrent");
-    struct Restore {
-        CUcontext ctx;
-        ~Restore() {
-            if (ctx) driver().cuCtxSetCurrent(ctx);
-        }
-    } restore{before};
     ensure_context(device);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    const CUresult r = d.cuStreamIsCapturing(stream, &status);
+    const CUresult r = driver().cuStreamIsCapturing(stream, &status);
     // The legacy default stream while a blocking stream of its context is captured: work on it would join (and
     // break) that capture, so it counts as capturing.
     if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;

@@ -28,10 +28,9 @@ CUgraphExec capture_graph(const std::function<void(CUstream)>& record);
 void destroy_graph(CUgraphExec exec);
 
 // Whether `stream` is being captured into a CUDA graph right now (cuStreamIsCapturing; the legacy default stream also
-// while a blocking stream of its context is captured). Asks in `device`'s context, as a launch there would
-// (ensure_context: the current one if it is that device's, else its primary context), so that a thread that has not
-// used CUDA yet can ask and the legacy stream (handle 0) means that device's; a context current before is current
-// again after.
+// while a blocking stream of its context is captured). Asks in `device`'s context (ensure_context: the current one
+// if it is that device's, else its primary context, which stays current, as after a launch there), so that a thread
+// that has not used CUDA yet can ask and the legacy stream (handle 0) means that device's.
 bool stream_is_capturing(CUstream stream, int device = -1);
 
 class LaunchGraph {

@@ -71,6 +71,7 @@ def held_bytes() -> int:
 
 
 def release() -> None:
-    """Drop every slot (their memory goes back to torch's allocator once the work queued on it is done)."""
+    """Drop every slot (their memory goes back to torch's allocator, for later allocations on their stream, which
+    run after the work queued there)."""
     with _lock:
         _slots.clear()
