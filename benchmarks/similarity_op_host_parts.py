@@ -11,7 +11,8 @@ This script measures, on the GPU's host:
             each call, outside the timed region), and "hot", the host time per call of a burst of BURST calls back
             to back (as a loop of calls, or the timer's samples, run them: warm CPU caches; BURST is small enough
             that the launch queue never fills); medians over CALLS calls, in ROUNDS interleaved rounds. Some steps
-            are the op's (validate .. workspace, launch_search / _select or graph), some its forms before (resolve,
+            are the op's (validate .. workspace, launch_search / _select or graph; run_search is the op without
+            its validation and eager gate), some its forms before (resolve,
             shape_key: a cached call shape skips them; empty_keys: kept between calls now; the two launches, made
             one by one until a pointer set's second use) or another form (new_empty)
   protocol  the op, its own two prepared launches (the launches the op's cache holds for these inputs) and their
@@ -97,6 +98,7 @@ def steps_of(q, c, k: int) -> dict:
         "validate": lambda: sim.validate_search_inputs(q, c, k, "ip"),
         "eager_gate": lambda: _eager.direct_call_ok(q, c),
         "resolve": lambda: sim.resolve_config(dev, nq=nq, n=n, d=q.shape[1], k=k, dtype=dt, metric="ip"),
+        "run_search": lambda: sim._run_search(q, c, k, "ip", "", 0.85, 0, 0, 2),
         "search_gpu": lambda: sim._search_gpu(q, c, k, "ip", cfg, False, dev=dev, dt=dt),
         "empty_keys": lambda: torch.empty(tuple(keys.shape), dtype=torch.float32, device=q.device),
         "empty_scores": lambda: torch.empty((nq, k), dtype=torch.float32, device=q.device),
@@ -157,7 +159,12 @@ def main() -> int:
              "flush": (lambda: flush_buf.fill_(0x5a5a5a5a), {"flush_l2": False})}
     timed = time_rounds(calls, rounds=PROTOCOL_ROUNDS, samples=PROTOCOL_SAMPLES)
     protocol = {name: summarize(s) for name, s in timed.items()}
-    payload = {"nq": args.nq, "n": args.n, "d": D, "k": K, "calls": CALLS, "rounds": ROUNDS,
+    from tunelab.ops import eager
+
+    # whether the op's calls here skip torch's custom-op dispatcher, as plain eager calls should: the whole-op burst
+    # read 37.7 us at bd0f69c where the op's own steps (and the A/B's processes) add up to ~21-25
+    payload = {"eager_direct_call": bool(eager.direct_call_ok(q, c)),
+               "nq": args.nq, "n": args.n, "d": D, "k": K, "calls": CALLS, "rounds": ROUNDS,
                "sm_mhz_after_warmup": clock, "sleep_us": SLEEP_US, "host_us": host,
                "host_samples_us": {f"{m}/{name}": v for (m, name), v in samples.items()},
                "protocol_us": protocol,
@@ -165,6 +172,7 @@ def main() -> int:
                "op_vs_launches_after_sleep": speedup(timed["launches+sleep"], timed["op+sleep"])}
     path = write_result("similarity_op_host_parts", payload, args.tag)
     print(f"wrote {path}")
+    print(f"eager calls skip the custom-op dispatcher here: {payload['eager_direct_call']}")
     print(f"host time of one call's steps at {args.nq} x {args.n} (median, p10-p90, us):  idle | hot")
     for name in steps:
         i, h = host["idle"][name], host["hot"][name]
