@@ -15,6 +15,16 @@ public:
 private:
     CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
+
+// cuStreamIsCapturing in the current context. The legacy default stream while a blocking stream of its context is
+// captured counts as capturing: work on it would join (and break) that capture.
+bool capturing(CUstream stream) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult r = driver().cuStreamIsCapturing(stream, &status);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+    check(r, "cuStreamIsCapturing");
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
 }  // namespace
 
 CUgraphExec capture_graph(const std::function<void(CUstream)>& record) {
@@ -51,13 +61,7 @@ void destroy_graph(CUgraphExec exec) {
 
 bool stream_is_capturing(CUstream stream, int device) {
     ensure_context(device);
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    const CUresult r = driver().cuStreamIsCapturing(stream, &status);
-    // The legacy default stream while a blocking stream of its context is captured: work on it would join (and
-    // break) that capture, so it counts as capturing.
-    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
-    check(r, "cuStreamIsCapturing");
-    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return capturing(stream);
 }
 
 LaunchGraph::LaunchGraph(std::vector<std::shared_ptr<PreparedLaunch>> launches) : launches_(std::move(launches)) {
@@ -74,13 +78,10 @@ LaunchGraph::~LaunchGraph() { destroy_graph(exec_); }
 
 void LaunchGraph::operator()(CUstream stream) {
     launches_.front()->activate();  // the graph's context current, as for a launch (and for the capture check)
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    const CUresult r = driver().cuStreamIsCapturing(stream, &status);
-    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || status != CU_STREAM_CAPTURE_STATUS_NONE) {
-        for (auto& l : launches_) (*l)(stream);  // joins the capture (or fails as a launch would, by name)
+    if (capturing(stream)) {
+        for (auto& l : launches_) (*l)(stream);  // they join the caller's capture
         return;
     }
-    check(r, "cuStreamIsCapturing");
     check(driver().cuGraphLaunch(exec_, stream), "cuGraphLaunch");
 }
 
