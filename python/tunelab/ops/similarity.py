@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -1174,13 +1175,12 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg, explicit: bool, split
         compiled = compile_search(fitted, dtype=dt, metric=metric, arch=_arch(dev))
         plan = compiled.plan(dev, nq, n, k, splits)
         layout = compiled.candidate_layout(plan, nq, n, k)
-        nbytes = sum(4 * _prod(spec[0]) for spec in layout if spec is not None)
+        nbytes = sum(4 * math.prod(spec[0]) for spec in layout if spec is not None)
         shape = _remember(_SEARCH_SHAPES, shape_key, (compiled, plan, layout, nbytes))
     compiled, plan, layout, nbytes = shape
-    device = queries.device
-    stream = current_stream(device)
+    stream = current_stream(dev)
     cand_key, cand_idx = _workspace.reuse(dev, stream, layout, nbytes,
-                                          lambda: compiled.candidate_buffers(plan, nq, n, k, device))
+                                          lambda: compiled.candidate_buffers(plan, nq, n, k, queries.device))
     scores = queries.new_empty((nq, k), dtype=torch.float32)  # ~1 us less than torch.empty(..., device=)
     indices = queries.new_empty((nq, k), dtype=torch.int64)
     launch_key = (shape_key, qp, cp, cand_key.data_ptr(), 0 if cand_idx is None else cand_idx.data_ptr(),
@@ -1191,13 +1191,6 @@ def _search_gpu(queries, corpus, k: int, metric: str, cfg, explicit: bool, split
             compiled.prepare(dev, queries, corpus, k, cand_key, cand_idx, scores, indices, plan)))
     launches(stream)
     return scores, indices
-
-
-def _prod(shape) -> int:
-    out = 1
-    for x in shape:
-        out *= int(x)
-    return out
 
 
 def _forget_call_shapes() -> None:

@@ -51,8 +51,7 @@ def reuse(device: int, stream: int, spec: Hashable, nbytes: int, make: Callable[
     tensors = make()
     with _lock:
         _slots.pop(key, None)
-        while _slots and (len(_slots) >= MAX_SLOTS or
-                          sum(s[2] for s in _slots.values()) + nbytes > MAX_TOTAL_BYTES):
+        while _slots and (len(_slots) >= MAX_SLOTS or _held() + nbytes > MAX_TOTAL_BYTES):
             _slots.pop(next(iter(_slots)))
         _slots[key] = (spec, tensors, nbytes)
     return tensors
@@ -65,9 +64,13 @@ def _capturing(stream: int, device: int) -> bool:
 
 
 def held_bytes() -> int:
-    """Bytes held by the slots now."""
+    """Bytes held by the slots now (the sizes their callers gave)."""
     with _lock:
-        return sum(t.numel() * t.element_size() for _, tensors, _ in _slots.values() for t in tensors if t is not None)
+        return _held()
+
+
+def _held() -> int:
+    return sum(nbytes for _, _, nbytes in _slots.values())
 
 
 def release() -> None:
