@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import draw_search_inputs, int_in, speedup, summarize, time_rounds, warm_up_gpu, write_result  # noqa: E402
+from _common import (current_stream, draw_search_inputs, int_in, speedup, summarize, time_rounds,  # noqa: E402
+                     warm_up_gpu, write_result)
 
 D, K = 768, 10
 CALLS, ROUNDS, BURST = 400, 5, 20
@@ -81,7 +82,7 @@ def steps_of(q, c, k: int) -> dict:
     from tunelab.ops import eager as _eager
     from tunelab.ops import similarity as sim
     from tunelab.ops import workspace
-    from tunelab.ops.loading import current_stream
+    from tunelab.ops.loading import current_stream as op_stream  # the op's own look-up
 
     nq, n = q.shape[0], c.shape[0]
     dev, dt = q.get_device(), sim._dtype_name(q)
@@ -91,7 +92,7 @@ def steps_of(q, c, k: int) -> dict:
     compiled, plan, layout, nbytes = sim._SEARCH_SHAPES[shape_key]
     launches = next(v for key, v in sim._SEARCH_LAUNCHES.items() if key[0] == shape_key).launches
     keys, _ = compiled.candidate_buffers(plan, nq, n, k, q.device)
-    stream = current_stream(q.device)
+    stream = op_stream(q.device)
     graph = _core.LaunchGraph(list(launches))
     return {
         "op": lambda: sim.similarity_search(q, c, k),
@@ -103,7 +104,7 @@ def steps_of(q, c, k: int) -> dict:
         "empty_keys": lambda: torch.empty(tuple(keys.shape), dtype=torch.float32, device=q.device),
         "empty_scores": lambda: torch.empty((nq, k), dtype=torch.float32, device=q.device),
         "new_empty": lambda: q.new_empty((nq, k), dtype=torch.float32),
-        "stream": lambda: current_stream(q.device),
+        "stream": lambda: op_stream(dev),
         "capturing": lambda: _core.stream_is_capturing(stream),
         "workspace": lambda: workspace.reuse(dev, stream, layout, nbytes, lambda: (keys, None)),
         "launch_search": lambda: launches[0](stream),
@@ -122,6 +123,7 @@ def main() -> int:
 
     import torch
 
+    from tunelab.ops import eager
     from tunelab.timing import l2_flush_bytes
 
     clock = warm_up_gpu()
@@ -139,10 +141,8 @@ def main() -> int:
                           "p90": sorted(v)[9 * len(v) // 10]}
                    for (m, name), v in samples.items() if m == mode} for mode in ("idle", "hot")}
 
-    from tunelab.ops.loading import current_stream
-
-    def pair():  # the op's own launches, on the stream the op would look up
-        stream = current_stream(q.device)
+    def pair():  # the op's own launches, on torch's current stream, as the op launches them
+        stream = current_stream()
         for launch in launches:
             launch(stream)
 
@@ -159,8 +159,6 @@ def main() -> int:
              "flush": (lambda: flush_buf.fill_(0x5a5a5a5a), {"flush_l2": False})}
     timed = time_rounds(calls, rounds=PROTOCOL_ROUNDS, samples=PROTOCOL_SAMPLES)
     protocol = {name: summarize(s) for name, s in timed.items()}
-    from tunelab.ops import eager
-
     # whether the op's calls here skip torch's custom-op dispatcher, as plain eager calls should: the whole-op burst
     # read 37.7 us at bd0f69c where the op's own steps (and the A/B's processes) add up to ~21-25
     payload = {"eager_direct_call": bool(eager.direct_call_ok(q, c)),
