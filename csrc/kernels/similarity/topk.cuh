@@ -1210,26 +1210,9 @@ struct TopkBlock {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-#ifdef TUNELAB_SIM_BAR_PROBE
-            // Experiment (benchmarks/similarity_key_stores.py --macro b:TUNELAB_SIM_BAR_PROBE=V): the search as a
-            // filter with its bars known before it starts (a pilot pass's), here one constant V for every query:
-            // a key at or above V is appended to its query's row (word 0 a running count, wrapped slots after it;
-            // the select reads garbage), every other key is dropped. Its time says what such a search could take.
-            const float key = key_raw(mma, rt, mt, nt, h, e);
-            if (rt.valid[mt][h] && key >= static_cast<float>(TUNELAB_SIM_BAR_PROBE)) {
-              float* row = p.cand_key + static_cast<long long>(q0 + col) * p.dense_ld;
-              const unsigned slot = atomicAdd(reinterpret_cast<unsigned*>(row), 1u) & 4095u;
-              row[1 + 2 * slot] = key;
-              reinterpret_cast<int*>(row)[2 + 2 * slot] = tile * BN + row_of(mt, h, g);
-            }
-            (void)dst;
-            (void)pol;
-#else
+          for (int h = 0; h < 2; ++h)
             if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h])
               store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
-#endif
-          }
       }
     }
   }
