@@ -1200,7 +1200,8 @@ struct TopkBlock {
   // pilot pass's), each key compared in its registers with one constant bar and, at or above it, appended to its
   // query's row by a global atomic count. With no key passing the search took 29.6 us (the compares alone: 2.3 us
   // over the search without stores, 27.3), with ~77 keys a query passing 32.0, ~260 36.9, against this epilogue's
-  // 33.6: a pilot-bar pair would need 30.6 us before its select read anything, about 4x torch (31.0 in that run).
+  // 33.6: a pilot-bar pair would need ~30.5 us (with a second kernel's ~0.9) before its select read anything,
+  // about 4x torch (31.0 in that run).
   __device__ __forceinline__ void dense_epilogue(const Mma& mma, int tile) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
