@@ -703,6 +703,9 @@ struct TopkBlock {
 #else
   static constexpr bool kTrace = false;
 #endif
+#ifndef TUNELAB_SIM_BAR_PROBE_ANY
+#define TUNELAB_SIM_BAR_PROBE_ANY 0
+#endif
 // TUNELAB_SIM_TRACE_KEYS=1 (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense
 // search's diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the
 // timelines show where the stores' time goes (README, "Where the stores' time goes").
@@ -1214,14 +1217,60 @@ struct TopkBlock {
         const int col = query_col(nt, e, t);
         if (q0 + col >= p.nq) continue;
         float* dst = base + static_cast<long long>(q0 + col) * p.dense_ld;
+#ifdef TUNELAB_SIM_BAR_PROBE
+        (void)dst;
+        (void)pol;
+#else
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h])
               store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
+#endif
       }
     }
+#ifdef TUNELAB_SIM_BAR_PROBE
+    // Experiment (benchmarks/similarity_key_stores.py --macro b:TUNELAB_SIM_BAR_PROBE=V): the search as a filter with
+    // its bars known before it starts (a pilot pass's), here one constant V for every query. TUNELAB_SIM_BAR_PROBE_ANY
+    // = 0: each key compared and, at or above V, appended at once; 1: every key compared into one predicate first
+    // (one FSETP a key), the appends only in a thread some key passed. An append goes to its query's row (word 0 a
+    // running count, wrapped slots after it; the select reads garbage). Its time says what such a search could take.
+    const float bar = static_cast<float>(TUNELAB_SIM_BAR_PROBE);
+    bool any = true;
+#if TUNELAB_SIM_BAR_PROBE_ANY
+    any = false;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) any |= key_raw(mma, rt, mt, nt, h, e) >= bar;
+#endif
+    if (any) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = query_col(nt, e, t);
+          if (q0 + col >= p.nq) continue;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float key = key_raw(mma, rt, mt, nt, h, e);
+              if (rt.valid[mt][h] && key >= bar) {
+                float* row = p.cand_key + static_cast<long long>(q0 + col) * p.dense_ld;
+                const unsigned slot = atomicAdd(reinterpret_cast<unsigned*>(row), 1u) & 4095u;
+                row[1 + 2 * slot] = key;
+                reinterpret_cast<int*>(row)[2 + 2 * slot] = tile * BN + row_of(mt, h, g);
+              }
+            }
+        }
+    }
+#endif
   }
 
   // MERGE=6 (filtered; params.cuh topk_candidate_rows()): the group's filter region holds per query column its holders'
