@@ -65,6 +65,15 @@
 #include "similarity/mma_tile.cuh"
 #include "similarity/thread_topk.cuh"
 
+#ifndef TUNELAB_SIM_BAR_PROBE_ANY
+#define TUNELAB_SIM_BAR_PROBE_ANY 0
+#endif
+#ifndef TUNELAB_SIM_BAR_PROBE_SMEM
+#define TUNELAB_SIM_BAR_PROBE_SMEM 0
+#endif
+#if TUNELAB_SIM_BAR_PROBE_SMEM
+__shared__ int tunelab_bar_probe_counts[2 * 128];  // experiment: the probe's per-group query counts
+#endif
 namespace tunelab {
 namespace sim {
 
@@ -703,9 +712,6 @@ struct TopkBlock {
 #else
   static constexpr bool kTrace = false;
 #endif
-#ifndef TUNELAB_SIM_BAR_PROBE_ANY
-#define TUNELAB_SIM_BAR_PROBE_ANY 0
-#endif
 // TUNELAB_SIM_TRACE_KEYS=1 (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense
 // search's diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the
 // timelines show where the stores' time goes (README, "Where the stores' time goes").
@@ -1263,9 +1269,17 @@ struct TopkBlock {
               const float key = key_raw(mma, rt, mt, nt, h, e);
               if (rt.valid[mt][h] && key >= bar) {
                 float* row = p.cand_key + static_cast<long long>(q0 + col) * p.dense_ld;
+#if TUNELAB_SIM_BAR_PROBE_SMEM
+                // a count per query column in shared memory (no L2 round trip); 64 wrapped slots per split and group
+                const int slot = atomicAdd(tunelab_bar_probe_counts + grp * 128 + col, 1) & 63;
+                const int at = (((static_cast<int>(blockIdx.y) * 2 + grp) % 256) * 64 + slot) * 2;
+                row[at] = key;
+                reinterpret_cast<int*>(row)[at + 1] = tile * BN + row_of(mt, h, g);
+#else
                 const unsigned slot = atomicAdd(reinterpret_cast<unsigned*>(row), 1u) & 4095u;
                 row[1 + 2 * slot] = key;
                 reinterpret_cast<int*>(row)[2 + 2 * slot] = tile * BN + row_of(mt, h, g);
+#endif
               }
             }
         }
@@ -2169,6 +2183,9 @@ struct TopkBlock {
           mbar::init(fw_empty_bar(1), FT);               // (odd tiles)
         }
         mbar::fence_init();
+      }
+      if constexpr (Tr::kDense && TUNELAB_SIM_BAR_PROBE_SMEM) {
+        for (int i = tid; i < 2 * 128; i += blockDim.x) tunelab_bar_probe_counts[i] = 0;
       }
       // the last barrier of the whole block: the producer warpgroup leaves here (clusters: of the whole cluster, which
       // also publishes the barriers' initialization to the other blocks before their first arrival or copy)
