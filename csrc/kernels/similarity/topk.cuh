@@ -2184,9 +2184,9 @@ struct TopkBlock {
         }
         mbar::fence_init();
       }
-      if constexpr (Tr::kDense && TUNELAB_SIM_BAR_PROBE_SMEM) {
-        for (int i = tid; i < 2 * 128; i += blockDim.x) tunelab_bar_probe_counts[i] = 0;
-      }
+#if TUNELAB_SIM_BAR_PROBE_SMEM
+      for (int i = tid; i < 2 * 128; i += blockDim.x) tunelab_bar_probe_counts[i] = 0;
+#endif
       // the last barrier of the whole block: the producer warpgroup leaves here (clusters: of the whole cluster, which
       // also publishes the barriers' initialization to the other blocks before their first arrival or copy)
       if constexpr (Tr::kCluster > 1) cluster::sync();
