@@ -1195,13 +1195,13 @@ struct TopkBlock {
   // MERGE=5: every key of the tile (metric applied) to the dense key matrix, [nq][dense_ld], at column tile row
   // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
   // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
-  // Measured against it and removed (H200, 50K / 100; 1dec25a's TUNELAB_SIM_BAR_PROBE,
-  // results/similarity_key_stores_bar_probe_h200.json): a filter whose bars are known before the search starts (a
-  // pilot pass's), each key compared in its registers with one constant bar and, at or above it, appended to its
-  // query's row by a global atomic count. With no key passing the search took 29.6 us (the compares alone: 2.3 us
-  // over the search without stores, 27.3), with ~77 keys a query passing 32.0, ~260 36.9, against this epilogue's
-  // 33.6: a pilot-bar pair would need ~30.5 us (with a second kernel's ~0.9) before its select read anything,
-  // about 4x torch (31.0 in that run).
+  // Measured against it and removed (H200, 50K / 100; TUNELAB_SIM_BAR_PROBE[_ANY,_SMEM] at 1dec25a, 95929d2 and
+  // 9d1d8cd, results/similarity_key_stores_bar_probe{,_any,_smem}_h200.json; README, "A filter whose bars are
+  // known"): a filter whose bars are known before the search starts (a pilot pass's), each key compared in its
+  // registers with one constant bar and, at or above it, appended to its query's row. With every key of a tile
+  // folded into one predicate first and no key passing, the search took 27.7 us (27.2 without stores); with ~77
+  // keys a query appended, slotted by a count per query in shared memory, 30.4; by a global atomic count, 32.4;
+  // against this epilogue's 33.6 and 4x torch's 31.1. Branching on each key took the compares alone to 29.6.
   __device__ __forceinline__ void dense_epilogue(const Mma& mma, int tile) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
