@@ -17,6 +17,11 @@ Rules (each bar is backed by k keys at least as large, so every one keeps the an
   bucket_words_min   k words per query, first tile t raising word t mod k with its maximum (an atomic max, as the
                      global bar's one word now): each word is a key of its own tiles, so the smallest of the k
                      words is backed by k distinct rows once every word has been raised.
+  pilot_1_in_S       a pilot pass over every S-th row (S in PILOT_STRIDES): the k-th largest key of that sample,
+                     known before the search starts (README, "A filter whose bars are known").
+
+Also counted: the keys at or above each constant of CONSTANT_BARS, the one bar every query had in the probes of
+that README section (TUNELAB_SIM_BAR_PROBE): not bars of any rule, only the appends those probes made.
 
 Results: benchmarks/results/similarity_bar_model.json; a table last.
 
@@ -34,6 +39,8 @@ from _common import write_result  # noqa: E402
 NQ, N, D, K = 100, 50_000, 768, 10
 SMS = 132  # the H100's and the H200's: the plan's splits
 HOLDERS = 32  # accumulator holders of a column in a ping-pong group (params.cuh topk_column_holders(4, 1))
+PILOT_STRIDES = (8, 32)  # a pilot over every S-th row
+CONSTANT_BARS = (55.0, 71.0, 82.0)  # the probes' bars (results/similarity_key_stores_bar_probe*_h200.json)
 
 
 def first_tile_rows(n: int, nq: int = NQ) -> list[range]:
@@ -69,7 +76,8 @@ def bars(scores, k: int) -> dict:
     return {"group_bounds_max": np.max(np.stack(group_bounds, 1), axis=1),
             "tile_maxima_kth": np.sort(tile_max, axis=1)[:, -k],
             "first_tiles_kth": np.sort(first_keys, axis=1)[:, -k],
-            "bucket_words_min": words.min(axis=1)}
+            "bucket_words_min": words.min(axis=1),
+            **{f"pilot_1_in_{stride}": np.sort(scores[:, ::stride], axis=1)[:, -k] for stride in PILOT_STRIDES}}
 
 
 def main() -> int:
@@ -87,6 +95,8 @@ def main() -> int:
         scores = queries @ corpus.T
         for rule, bar in bars(scores, K).items():
             counts.setdefault(rule, []).extend((scores >= bar[:, None]).sum(axis=1).tolist())
+        for value in CONSTANT_BARS:
+            counts.setdefault(f"constant_{value:g}", []).extend((scores >= value).sum(axis=1).tolist())
         print(f"seed {seed}: " + ", ".join(f"{r} {np.median(c[-NQ:]):.0f}" for r, c in counts.items()), flush=True)
     rows = {rule: {"median": float(np.median(c)), "p90": float(np.percentile(c, 90)), "max": int(max(c)),
                    "min": int(min(c))} for rule, c in counts.items()}
