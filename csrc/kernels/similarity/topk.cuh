@@ -1199,7 +1199,7 @@ struct TopkBlock {
   // 9d1d8cd, results/similarity_key_stores_bar_probe{,_any,_smem}_h200.json; README, "A filter whose bars are
   // known"): a filter whose bars are known before the search starts (a pilot pass's), each key compared in its
   // registers with one constant bar and, at or above it, appended to its query's row. With every key of a tile
-  // folded into one predicate first and no key passing, the search took 27.7 us (27.2 without stores); with ~77
+  // folded into one predicate first and no key passing, the search took 27.7 us (27.2 without stores); with 76
   // keys a query appended, slotted by a count per query in shared memory, 30.4; by a global atomic count, 32.4;
   // against this epilogue's 33.6 and 4x torch's 31.1. Branching on each key took the compares alone to 29.6.
   __device__ __forceinline__ void dense_epilogue(const Mma& mma, int tile) {
