@@ -19,7 +19,7 @@ def test_first_tiles_follow_the_default_geometry(load_benchmark):
 def test_every_rule_is_a_valid_bar_and_they_order_as_defined(load_benchmark):
     """Each bar has at least k keys at or above it (the true k-th key bounds it from above); the k-th largest of all
     first-tile keys is at least the k-th of their maxima, which is at least the smallest bucket word; the global bar
-    of group bounds is a bound too; a pilot's bar is its sample's k-th key, higher for the larger sample."""
+    of group bounds is a bound too; a pilot's bar is its sample's k-th key, at least as high for the larger sample."""
     pytest.importorskip("torch")
     m = load_benchmark("similarity_bar_model")
     k = 10
@@ -35,6 +35,7 @@ def test_every_rule_is_a_valid_bar_and_they_order_as_defined(load_benchmark):
     assert np.all(bars["first_tiles_kth"] >= bars["tile_maxima_kth"])
     assert np.all(bars["tile_maxima_kth"] >= bars["bucket_words_min"])
     assert np.all(bars["first_tiles_kth"][0] == 1.0)
-    # a pilot over every 8th row sees a superset of every 32nd row's sample (both start at row 0): a bar as high
+    # a pilot over every 8th row sees a superset of every 32nd row's sample (both start at row 0): its bar is at
+    # least as high
     assert np.all(bars["pilot_1_in_8"] >= bars["pilot_1_in_32"])
     assert np.allclose(bars["pilot_1_in_8"][1:], np.sort(scores[1:, ::8], axis=1)[:, -k])
