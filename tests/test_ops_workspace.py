@@ -82,7 +82,7 @@ def test_slot_used_longest_ago_goes_first_and_release_drops_all(slots):
     workspace.reuse(0, 3, "s", 16, _maker(log))
     workspace.reuse(0, 4, "s", 16, _maker(log))
     assert log == [4, 4]
-    workspace.release()
+    assert workspace.release() == 16 * workspace.MAX_SLOTS
     assert workspace.held_bytes() == 0
 
 

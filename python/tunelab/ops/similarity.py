@@ -1441,8 +1441,7 @@ def release_memory() -> None:
     interpreter exit). Memory still in use by queued kernels is freed once they are done."""
     from tunelab.ops import streaming
 
-    held = _workspace.held_bytes()
-    _workspace.release()
+    held = _workspace.release()
     _SEARCH_LAUNCHES.clear()
     streaming.release_memory()
     if held:

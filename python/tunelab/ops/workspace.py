@@ -24,6 +24,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Hashable
 
+from tunelab import _core
+
 #: Largest scratch (bytes, the tensors of one slot together) kept between calls.
 MAX_BYTES = 64 << 20
 #: Most slots, and most bytes of all slots together, held at once.
@@ -58,8 +60,6 @@ def reuse(device: int, stream: int, spec: Hashable, nbytes: int, make: Callable[
 
 
 def _capturing(stream: int, device: int) -> bool:
-    from tunelab import _core
-
     return bool(_core.stream_is_capturing(stream, device))
 
 
@@ -73,8 +73,10 @@ def _held() -> int:
     return sum(nbytes for _, _, nbytes in _slots.values())
 
 
-def release() -> None:
+def release() -> int:
     """Drop every slot (their memory goes back to torch's allocator, for later allocations on their stream, which
-    run after the work queued there)."""
+    run after the work queued there); returns the bytes they held."""
     with _lock:
+        held = _held()
         _slots.clear()
+    return held
