@@ -32,6 +32,18 @@ def int_list_in(lo: int, hi: int, why: str):
     return parse
 
 
+def nq_n_list(text: str) -> tuple[tuple[int, int], ...]:
+    """argparse type of the scripts' search shapes: comma-separated NQxN, "1x1024,100x4096" -> ((1, 1024), (100,
+    4096))."""
+    out = []
+    for item in text.split(","):
+        nq, x, n = item.strip().lower().partition("x")
+        if not (x and nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0):
+            raise argparse.ArgumentTypeError(f"{item!r} is not NQxN with positive integers (e.g. 100x4096)")
+        out.append((int(nq), int(n)))
+    return tuple(out)
+
+
 def int_in(lo: int, hi: int, why: str):
     """argparse type: one integer in lo..hi (``why`` says what the range is)."""
     def parse(text: str) -> int:

@@ -34,7 +34,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DRAW_ORDERS, current_stream, draw_search_inputs, summarize, write_result  # noqa: E402
+from _common import (DRAW_ORDERS, current_stream, draw_search_inputs, nq_n_list, summarize,  # noqa: E402
+                     write_result)
 
 K = 10
 D = 768
@@ -42,7 +43,9 @@ D = 768
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="100x50000,100x1000000,1x10000000", help="NQxN,... (d = 768, k = 10, fp16)")
+    ap.add_argument("--shapes", type=nq_n_list, default=((100, 50_000), (100, 1_000_000), (1, 10_000_000)),
+                    metavar="NQxN,...", help="NQxN,... (d = 768, k = 10, fp16; default 100x50000,100x1000000,"
+                                             "1x10000000)")
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--data", default=",".join(DRAW_ORDERS),
                     help=f"how the random inputs are drawn from one seed (_common.draw_search_inputs): one or more "
@@ -139,8 +142,7 @@ def main() -> int:
 
     if args.placement:
         rows = []
-        for shape in args.shapes.split(","):
-            nq, n = (int(x) for x in shape.lower().split("x"))
+        for nq, n in args.shapes:
             rows += placement(nq, n)
         path = write_result("similarity_gap_placement", {"rows": rows})
         print(f"wrote {path}")
@@ -154,8 +156,7 @@ def main() -> int:
         return 0
 
     rows = []
-    for shape in args.shapes.split(","):
-        nq, n = (int(x) for x in shape.lower().split("x"))
+    for nq, n in args.shapes:
         for data in draws:
             rows.append(measure(nq, n, data))
             torch.cuda.empty_cache()

@@ -33,20 +33,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import int_in, write_result  # noqa: E402
+from _common import int_in, nq_n_list, write_result  # noqa: E402
 
 SHAPES = ((1, 1024), (100, 50_000))
-
-
-def shape_list(text: str) -> tuple[tuple[int, int], ...]:
-    """``--shapes``: comma-separated NQxN (e.g. 1x1024,100x4096)."""
-    out = []
-    for item in text.split(","):
-        nq, x, n = item.strip().partition("x")
-        if not (x and nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0):
-            raise argparse.ArgumentTypeError(f"{item!r} is not NQxN with positive integers (e.g. 100x4096)")
-        out.append((int(nq), int(n)))
-    return tuple(out)
 D, K, CALLS, REPEATS = 768, 10, 300, 5
 
 # One version's measurement, run in a fresh process (so that each version imports its own modules).
@@ -145,7 +134,7 @@ def main() -> int:
                     help="rounds of both versions (5)")
     ap.add_argument("--no-gpu", action="store_true",
                     help="time the validation and the cached config resolution on the CPU instead (no GPU needed)")
-    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="NQxN,...",
+    ap.add_argument("--shapes", type=nq_n_list, default=SHAPES, metavar="NQxN,...",
                     help="call shapes (default 1x1024,100x50000)")
     ap.add_argument("--tag", help="suffix of the result file's name")
     args = ap.parse_args()

@@ -107,10 +107,10 @@ def test_op_host_ab_overlay_puts_the_before_files_in_place(load_benchmark, tmp_p
         script.overlay(tmp_path / "empty")
     import argparse
 
-    assert script.shape_list("1x1024, 100x4096") == ((1, 1024), (100, 4096))
+    assert script.nq_n_list("1x1024, 100x4096") == ((1, 1024), (100, 4096))  # --shapes (_common's parser)
     for bad in ("100", "0x10", "ax5", "1x1024,"):
         with pytest.raises(argparse.ArgumentTypeError, match="is not NQxN"):
-            script.shape_list(bad)
+            script.nq_n_list(bad)
 
 
 def test_sass_compare_tells_a_comment_from_a_code_change(load_benchmark, tmp_path):
