@@ -1,8 +1,9 @@
 """Where the host time of one ``tunelab.ops.similarity_search`` call goes, step by step, and how much of it the
 measurement protocol sees.
 
-The op's host path (validation, the eager gate, config resolution, the cached shapes and launches, three
-allocations, the stream look-up and two launches) runs on the CPU before its first kernel is queued. Under the
+The op's host path (validation, the eager gate, the cached call shape (config resolution only on a miss), the
+stream look-up, the candidate buffers kept between calls, two output allocations and one replay of its two launches)
+runs on the CPU before its first kernel is queued. Under the
 protocol (the core's timer: an L2 flush, then the call between two events) the GPU sits idle from the flush's end
 until that first kernel arrives, so host time beyond the flush's own GPU time is timed as if it were the kernels'.
 This script measures, on the GPU's host:
