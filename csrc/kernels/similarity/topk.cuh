@@ -77,6 +77,9 @@
 #if TUNELAB_SIM_BAR_PROBE_SMEM
 __shared__ int tunelab_bar_probe_counts[2 * 128];  // experiment: the probe's per-group query counts
 #endif
+#if TUNELAB_SIM_BAR_PROBE_SMEM == 2
+__shared__ float2 tunelab_bar_probe_ring[2 * 64];  // experiment: _SMEM=2's appends, a wrapped ring per group
+#endif
 namespace tunelab {
 namespace sim {
 
@@ -1292,7 +1295,15 @@ struct TopkBlock {
               const float key = key_raw(mma, rt, mt, nt, h, e);
               if (rt.valid[mt][h] && key >= bar) {
                 float* row = p.cand_key + static_cast<long long>(q0 + col) * p.dense_ld;
-#if TUNELAB_SIM_BAR_PROBE_SMEM
+#if TUNELAB_SIM_BAR_PROBE_SMEM == 2
+                // _SMEM=2: the append to a shared-memory ring per group (no global store at all; slots wrap)
+                const int slot = atomicAdd(tunelab_bar_probe_counts + grp * 128 + col, 1) & 63;
+                const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(tunelab_bar_probe_ring + grp * 64 + slot));
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(key),
+                             "f"(__int_as_float(tile * BN + row_of(mt, h, g)))
+                             : "memory");
+                (void)row;
+#elif TUNELAB_SIM_BAR_PROBE_SMEM
                 // a count per query column in shared memory (no L2 round trip); 64 wrapped slots per split and group
                 const int slot = atomicAdd(tunelab_bar_probe_counts + grp * 128 + col, 1) & 63;
                 const int at = (((static_cast<int>(blockIdx.y) * 2 + grp) % 256) * 64 + slot) * 2;
