@@ -38,6 +38,11 @@ they spread over the other group's main loop) at 64584de (TUNELAB_SIM_STORE_PACE
 S n8 column blocks' keys stored at d6f2d0f (--macro s1:TUNELAB_SIM_STORE_NT=1 --macro s4:TUNELAB_SIM_STORE_NT=4);
 ptx.cuh keeps the figures (results/similarity_key_stores_what_h200.json, _mio_h200.json, _same_h200.json,
 _scale_d0_h200.json, _l2_h200.json, _pace_h200.json, _cluster_h200.json, _count_h200.json and their neighbours).
+
+A search that filters by bars known before it starts (TUNELAB_SIM_BAR_PROBE=V, one constant bar, with _ANY, _SMEM
+and _WALK for how the passing keys are found and appended) was measured with --macro at 1dec25a, 95929d2, 9d1d8cd,
+07c6fe5 and b909d0c, whose kernels held the macros (commit messages: the run commands); topk.cuh's dense_epilogue and
+the README keep the figures (results/similarity_key_stores_bar_probe{,_any,_smem,_walk,_ring}_h200.json).
 """
 from __future__ import annotations
 

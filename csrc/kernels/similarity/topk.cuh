@@ -65,21 +65,6 @@
 #include "similarity/mma_tile.cuh"
 #include "similarity/thread_topk.cuh"
 
-#ifndef TUNELAB_SIM_BAR_PROBE_ANY
-#define TUNELAB_SIM_BAR_PROBE_ANY 0
-#endif
-#ifndef TUNELAB_SIM_BAR_PROBE_SMEM
-#define TUNELAB_SIM_BAR_PROBE_SMEM 0
-#endif
-#ifndef TUNELAB_SIM_BAR_PROBE_WALK
-#define TUNELAB_SIM_BAR_PROBE_WALK 0
-#endif
-#if TUNELAB_SIM_BAR_PROBE_SMEM
-__shared__ int tunelab_bar_probe_counts[2 * 128];  // experiment: the probe's per-group query counts
-#endif
-#if TUNELAB_SIM_BAR_PROBE_SMEM == 2
-__shared__ float2 tunelab_bar_probe_ring[2 * 64];  // experiment: _SMEM=2's appends, a wrapped ring per group
-#endif
 namespace tunelab {
 namespace sim {
 
@@ -1217,6 +1202,10 @@ struct TopkBlock {
   // folded into one predicate first and no key passing, the search took 27.7 us (27.2 without stores); with 76
   // keys a query appended, slotted by a count per query in shared memory, 30.4; by a global atomic count, 32.4;
   // against this epilogue's 33.6 and 4x torch's 31.1. Branching on each key took the compares alone to 29.6.
+  // Two more runs (07c6fe5 and b909d0c, _WALK and _SMEM=2, results/similarity_key_stores_bar_probe_{walk,ring}_h200
+  // .json): walking only the n8 column blocks that hold a passing key, 76 a query took 29.8-30.2 us (no key passing
+  // 27.5-28.1, storeless 27.4-27.6, 4x 31.1-31.2), and as long with the appends kept in a shared-memory ring, so
+  // their cost is the walk and slots, not stores. That leaves ~1 us under 4x for the bars and a select: not enough.
   __device__ __forceinline__ void dense_epilogue(const Mma& mma, int tile) {
     const int g = lane >> 2, t = lane & 3;
     const RowTerms rt = row_terms(tile);
@@ -1229,96 +1218,14 @@ struct TopkBlock {
         const int col = query_col(nt, e, t);
         if (q0 + col >= p.nq) continue;
         float* dst = base + static_cast<long long>(q0 + col) * p.dense_ld;
-#ifdef TUNELAB_SIM_BAR_PROBE
-        (void)dst;
-        (void)pol;
-#else
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             if ((!kTrace || (TUNELAB_SIM_TRACE_KEYS && q0 + col > 0)) && rt.valid[mt][h])
               store_key(dst + row_of(mt, h, g), key_raw(mma, rt, mt, nt, h, e), pol);
-#endif
       }
     }
-#ifdef TUNELAB_SIM_BAR_PROBE
-    // Experiment (benchmarks/similarity_key_stores.py --macro b:TUNELAB_SIM_BAR_PROBE=V): the search as a filter with
-    // its bars known before it starts (a pilot pass's), here one constant V for every query. TUNELAB_SIM_BAR_PROBE_ANY
-    // = 0: each key compared and, at or above V, appended at once; 1: every key compared into one predicate first
-    // (one FSETP a key), the appends only in a thread some key passed. An append goes to its query's row (word 0 a
-    // running count, wrapped slots after it; the select reads garbage). Its time says what such a search could take.
-    const float bar = static_cast<float>(TUNELAB_SIM_BAR_PROBE);
-    bool any = true;
-#if TUNELAB_SIM_BAR_PROBE_ANY
-    any = false;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) any |= key_raw(mma, rt, mt, nt, h, e) >= bar;
-#endif
-#if TUNELAB_SIM_BAR_PROBE_WALK
-    // _WALK=1: one predicate per n8 column block (8 keys a thread), and the appends walk only the blocks where it
-    // holds in some thread of the warp, instead of all 104 keys wherever any key passed.
-    unsigned blocks = 0;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      bool b = false;
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) b |= key_raw(mma, rt, mt, nt, h, e) >= bar;
-      blocks |= static_cast<unsigned>(b) << nt;
-    }
-    any = blocks != 0;
-#endif
-    if (any) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-#if TUNELAB_SIM_BAR_PROBE_WALK
-          if (!((blocks >> nt) & 1u)) continue;
-#endif
-          const int col = query_col(nt, e, t);
-          if (q0 + col >= p.nq) continue;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float key = key_raw(mma, rt, mt, nt, h, e);
-              if (rt.valid[mt][h] && key >= bar) {
-                float* row = p.cand_key + static_cast<long long>(q0 + col) * p.dense_ld;
-#if TUNELAB_SIM_BAR_PROBE_SMEM == 2
-                // _SMEM=2: the append to a shared-memory ring per group (no global store at all; slots wrap)
-                const int slot = atomicAdd(tunelab_bar_probe_counts + grp * 128 + col, 1) & 63;
-                const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(tunelab_bar_probe_ring + grp * 64 + slot));
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(key),
-                             "f"(__int_as_float(tile * BN + row_of(mt, h, g)))
-                             : "memory");
-                (void)row;
-#elif TUNELAB_SIM_BAR_PROBE_SMEM
-                // a count per query column in shared memory (no L2 round trip); 64 wrapped slots per split and group
-                const int slot = atomicAdd(tunelab_bar_probe_counts + grp * 128 + col, 1) & 63;
-                const int at = (((static_cast<int>(blockIdx.y) * 2 + grp) % 256) * 64 + slot) * 2;
-                row[at] = key;
-                reinterpret_cast<int*>(row)[at + 1] = tile * BN + row_of(mt, h, g);
-#else
-                const unsigned slot = atomicAdd(reinterpret_cast<unsigned*>(row), 1u) & 4095u;
-                row[1 + 2 * slot] = key;
-                reinterpret_cast<int*>(row)[2 + 2 * slot] = tile * BN + row_of(mt, h, g);
-#endif
-              }
-            }
-        }
-    }
-#endif
   }
 
   // MERGE=6 (filtered; params.cuh topk_candidate_rows()): the group's filter region holds per query column its holders'
@@ -2218,9 +2125,6 @@ struct TopkBlock {
         }
         mbar::fence_init();
       }
-#if TUNELAB_SIM_BAR_PROBE_SMEM
-      for (int i = tid; i < 2 * 128; i += blockDim.x) tunelab_bar_probe_counts[i] = 0;
-#endif
       // the last barrier of the whole block: the producer warpgroup leaves here (clusters: of the whole cluster, which
       // also publishes the barriers' initialization to the other blocks before their first arrival or copy)
       if constexpr (Tr::kCluster > 1) cluster::sync();
