@@ -15,12 +15,13 @@ with bootstrap CIs):
 
 after each of three preparations of L2: "write" (the protocol's flush: a memset of twice the L2), "read" (a read
 of a buffer twice the L2: the same eviction, no dirty lines) and, for the read kernel, "none" (what it left).
-Results: benchmarks/results/similarity_floor.json; a table last. About 30 s on an H200.
+Results: benchmarks/results/similarity_floor[_TAG].json; a table last. About 30 s on an H200.
 
-    python3 benchmarks/similarity_floor.py
+    python3 benchmarks/similarity_floor.py [--tag h200]
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -32,7 +33,11 @@ NQ, N, D, K = 100, 50_000, 768, 10
 ROUNDS, SAMPLES = 6, 15
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tag", default="", help="suffix of the result file: similarity_floor_TAG.json")
+    args = ap.parse_args(argv)
+
     import torch
 
     from tunelab.ops import similarity as sim
@@ -66,7 +71,7 @@ def main() -> int:
                "samples_per_round": SAMPLES, "us": rows, "speedup_vs_torch": ratio,
                "read_GBps": {f: corpus_bytes / rows[f"read/{f}"]["median"] / 1e3 for f in ("write", "read", "none")},
                "configs": {"fused": fused.config, "dense": dense.config}}
-    path = write_result("similarity_floor", payload)
+    path = write_result("similarity_floor", payload, args.tag)
     print(f"wrote {path}")
     print(f"{'':8}" + "".join(f"{n:>10}" for n in fns))
     for f in ("write", "read", "none"):

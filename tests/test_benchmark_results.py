@@ -20,6 +20,15 @@ def test_write_result_joins_the_tag_by_one_underscore(tmp_path, monkeypatch, loa
     assert doc["benchmark"] == name and doc["rows"] == [1] and "environment" in doc
 
 
+def test_similarity_floor_refuses_an_argument_it_does_not_take(load_benchmark, capsys):
+    """similarity_floor.py takes --tag for its result's name and stops on any other argument before GPU work (it
+    used to take none and ignore what it was given, so a --tag run overwrote similarity_floor.json)."""
+    script = load_benchmark("similarity_floor")
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--tags", "h200"])
+    assert stop.value.code == 2 and "unrecognized arguments: --tags h200" in capsys.readouterr().err
+
+
 def test_similarity_filtered_variant_arms_are_checked(load_benchmark):
     """similarity_filtered.py --variant-arms takes arms of the script's own (in the order given) and names a wrong
     one, and the accepted arms, in its error; --variant reads NAME:MACRO=VALUE and says the form when the name is
