@@ -7,12 +7,13 @@ the bottleneck when the per-call time exceeds the GPU's), the same through ``tor
 dispatcher, which plain eager calls skip) and for torch.topk(Q @ C.T), the time per call of the same loops by CUDA
 events (the GPU's time per call when the host keeps ahead), each in ``ROUNDS`` interleaved rounds (medians reported,
 every round's figure kept), then profiles the op.
-Results: benchmarks/results/similarity_op_host.json; the profile's top entries last.
+Results: benchmarks/results/similarity_op_host[_TAG].json; the profile's top entries last.
 
-    python3 benchmarks/similarity_op_host.py
+    python3 benchmarks/similarity_op_host.py [--tag h200]
 """
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import pstats
@@ -59,7 +60,11 @@ def gpu_us(fn, calls: int = CALLS) -> float:
     return start.elapsed_time(end) * 1e3 / calls
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tag", default="", help="suffix of the result file: similarity_op_host_TAG.json")
+    args = ap.parse_args(argv)
+
     import torch
 
     from tunelab.ops import similarity as sim
@@ -88,7 +93,7 @@ def main() -> int:
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
     out["profile_tottime_top25"] = buf.getvalue()
-    path = write_result("similarity_op_host", out)
+    path = write_result("similarity_op_host", out, args.tag)
     print(f"wrote {path}")
     print(f"{out['device']}: op {out['op_us_per_call']:.1f} us of host time per call "
           f"({out['op_dispatcher_us_per_call']:.1f} through torch.ops' dispatcher), "

@@ -20,10 +20,12 @@ def test_write_result_joins_the_tag_by_one_underscore(tmp_path, monkeypatch, loa
     assert doc["benchmark"] == name and doc["rows"] == [1] and "environment" in doc
 
 
-def test_similarity_floor_refuses_an_argument_it_does_not_take(load_benchmark, capsys):
-    """similarity_floor.py takes --tag for its result's name and stops on any other argument before GPU work (it
-    used to take none and ignore what it was given, so a --tag run overwrote similarity_floor.json)."""
-    script = load_benchmark("similarity_floor")
+@pytest.mark.parametrize("name", ["similarity_floor", "similarity_op_host"])
+def test_untagged_scripts_refuse_an_argument_they_do_not_take(load_benchmark, capsys, name):
+    """similarity_floor.py and similarity_op_host.py take --tag for their result's name and stop on any other argument
+    before GPU work (they used to take none and ignore what they were given, so a --tag run overwrote the untagged
+    result)."""
+    script = load_benchmark(name)
     with pytest.raises(SystemExit) as stop:
         script.main(["--tags", "h200"])
     assert stop.value.code == 2 and "unrecognized arguments: --tags h200" in capsys.readouterr().err
