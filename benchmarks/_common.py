@@ -32,15 +32,23 @@ def int_list_in(lo: int, hi: int, why: str):
     return parse
 
 
+def nq_n(item: str) -> tuple[int, int] | None:
+    """One search shape ``NQxN`` with positive integers -> (nq, n); None when ``item`` is not of that form."""
+    nq, x, n = item.strip().lower().partition("x")
+    if x and nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0:
+        return int(nq), int(n)
+    return None
+
+
 def nq_n_list(text: str) -> tuple[tuple[int, int], ...]:
     """argparse type of the scripts' search shapes: comma-separated NQxN, "1x1024,100x4096" -> ((1, 1024), (100,
     4096))."""
     out = []
     for item in text.split(","):
-        nq, x, n = item.strip().lower().partition("x")
-        if not (x and nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0):
+        shape = nq_n(item)
+        if shape is None:
             raise argparse.ArgumentTypeError(f"{item!r} is not NQxN with positive integers (e.g. 100x4096)")
-        out.append((int(nq), int(n)))
+        out.append(shape)
     return tuple(out)
 
 

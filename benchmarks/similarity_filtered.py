@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (current_stream, draw_search_inputs, headers_dir, kernel_variant, named_pairs,  # noqa: E402
-                     names_in, warm_up_gpu, write_result)
+                     names_in, nq_n, warm_up_gpu, write_result)
 from tunelab.kernel import parse_define  # noqa: E402
 from similarity_dense import K, Prepared, kernels_alone, time_all, variant_rows  # noqa: E402
 
@@ -117,13 +117,13 @@ def parse_shapes(text: str) -> list[tuple[int, int, str]]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        nq, _, rest = part.partition("x")
-        n, _, dtype = rest.partition("x")
-        if not (nq.isdigit() and n.isdigit() and int(nq) > 0 and int(n) > 0 and dtype in DTYPE_CODES):
+        head, _, dtype = part.rpartition("x")
+        shape = nq_n(head)
+        if shape is None or dtype not in DTYPE_CODES:
             raise argparse.ArgumentTypeError(
                 f"--shapes {text!r}: {part!r} is not NQxNxDTYPE with positive integers NQ and N and DTYPE one of "
                 f"{', '.join(DTYPE_CODES)}, e.g. 100x50000xfloat16")
-        shapes.append((int(nq), int(n), dtype))
+        shapes.append((*shape, dtype))
     if not shapes:
         raise argparse.ArgumentTypeError(f"--shapes {text!r}: names no shape; e.g. 100x50000xfloat16,32x50000xfloat16")
     return shapes
