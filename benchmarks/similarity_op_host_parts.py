@@ -161,7 +161,8 @@ def main() -> int:
     timed = time_rounds(calls, rounds=PROTOCOL_ROUNDS, samples=PROTOCOL_SAMPLES)
     protocol = {name: summarize(s) for name, s in timed.items()}
     # whether the op's calls here skip torch's custom-op dispatcher, as plain eager calls should: the whole-op burst
-    # read 37.7 us at bd0f69c where the op's own steps (and the A/B's processes) add up to ~21-25
+    # read 37.7 us at bd0f69c where the op's own steps (and the A/B's processes) add up to ~21-25; at 214efa9, on
+    # another host, they were skipped and the burst read 27.6 (results/similarity_op_host_parts_next_h200.json)
     payload = {"eager_direct_call": bool(eager.direct_call_ok(q, c)),
                "nq": args.nq, "n": args.n, "d": D, "k": K, "calls": CALLS, "rounds": ROUNDS,
                "sm_mhz_after_warmup": clock, "sleep_us": SLEEP_US, "host_us": host,
