@@ -703,6 +703,10 @@ struct TopkBlock {
 #else
   static constexpr bool kTrace = false;
 #endif
+// TUNELAB_SIM_QSKIP=1: a timing probe of the producer's query copies (produce()).
+#ifndef TUNELAB_SIM_QSKIP
+#define TUNELAB_SIM_QSKIP 0
+#endif
 // TUNELAB_SIM_TRACE_KEYS=1 (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense
 // search's diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the
 // timelines show where the stores' time goes (README, "Where the stores' time goes").
@@ -2019,9 +2023,12 @@ struct TopkBlock {
         }
       }
       if constexpr (Tr::kCluster == 1) {
-        mbar::arrive_expect_tx(full_bar(s), Tr::kStageBytes);
+        // TUNELAB_SIM_QSKIP=1 (a timing probe, wrong keys): the query boxes are copied on the ring's first lap only,
+        // later slices multiply by whatever query slice their stage holds: the search without L2's query reads
+        const bool q_copy = !TUNELAB_SIM_QSKIP || it < Tr::kStages;
+        mbar::arrive_expect_tx(full_bar(s), q_copy ? Tr::kStageBytes : Tr::kATileBytes);
         tma::load_2d(a, dc, full_bar(s), kc * BK, tile * BN, read_once);
-        tma::load_2d(a + Tr::kATileBytes, dq, full_bar(s), kc * BK, q0, reread);
+        if (q_copy) tma::load_2d(a + Tr::kATileBytes, dq, full_bar(s), kc * BK, q0, reread);
       } else {
         const bool corpus = tile < p.num_tiles;
         mbar::arrive_expect_tx(full_bar(s), corpus ? Tr::kStageBytes : Tr::kBTileBytes);
