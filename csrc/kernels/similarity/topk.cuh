@@ -703,10 +703,6 @@ struct TopkBlock {
 #else
   static constexpr bool kTrace = false;
 #endif
-// TUNELAB_SIM_QSKIP=1: a timing probe of the producer's query copies (produce()).
-#ifndef TUNELAB_SIM_QSKIP
-#define TUNELAB_SIM_QSKIP 0
-#endif
 // TUNELAB_SIM_TRACE_KEYS=1 (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense
 // search's diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the
 // timelines show where the stores' time goes (README, "Where the stores' time goes").
@@ -2004,6 +2000,9 @@ struct TopkBlock {
   // are zeros. With clusters its query box is its part of the slice, multicast to every block of the cluster, and
   // tiles past num_tiles get no corpus copy (their rows are masked; the stage's old bytes are never a key). With
   // PREFETCH, the first slice of each tile first asks L2 for all slices of the tile PREFETCH ahead (up to tile_end).
+  // Every slice copies its query box again from L2: with them copied on the ring's first lap only (fefcd8a's probe,
+  // wrong keys) the dense search at 50K / 100 took 33.5 us against 33.6 on the H200, 27.2 against 27.2 without its
+  // key stores, so a query tile resident in shared memory would gain nothing (README, "Where the stores' time goes").
   __device__ __forceinline__ void produce(int tile_begin, int tile_end, int total) {
     if (lane != 0) return;
     const tma::Desc* dc = reinterpret_cast<const tma::Desc*>(p.tma_corpus);
@@ -2023,12 +2022,9 @@ struct TopkBlock {
         }
       }
       if constexpr (Tr::kCluster == 1) {
-        // TUNELAB_SIM_QSKIP=1 (a timing probe, wrong keys): the query boxes are copied on the ring's first lap only,
-        // later slices multiply by whatever query slice their stage holds: the search without L2's query reads
-        const bool q_copy = !TUNELAB_SIM_QSKIP || it < Tr::kStages;
-        mbar::arrive_expect_tx(full_bar(s), q_copy ? Tr::kStageBytes : Tr::kATileBytes);
+        mbar::arrive_expect_tx(full_bar(s), Tr::kStageBytes);
         tma::load_2d(a, dc, full_bar(s), kc * BK, tile * BN, read_once);
-        if (q_copy) tma::load_2d(a + Tr::kATileBytes, dq, full_bar(s), kc * BK, q0, reread);
+        tma::load_2d(a + Tr::kATileBytes, dq, full_bar(s), kc * BK, q0, reread);
       } else {
         const bool corpus = tile < p.num_tiles;
         mbar::arrive_expect_tx(full_bar(s), corpus ? Tr::kStageBytes : Tr::kBTileBytes);
