@@ -18,10 +18,10 @@ Rules (each bar is backed by k keys at least as large, so every one keeps the an
                      global bar's one word now): each word is a key of its own tiles, so the smallest of the k
                      words is backed by k distinct rows once every word has been raised.
   pilot_1_in_S       a pilot pass over every S-th row (S in PILOT_STRIDES): the k-th largest key of that sample,
-                     known before the search starts (README, "A filter whose bars are known").
+                     known before the search starts (SIMILARITY.md, "A filter whose bars are known").
 
 Also counted: the keys at or above each constant of CONSTANT_BARS, the one bar every query had in the probes of
-that README section (TUNELAB_SIM_BAR_PROBE): not bars of any rule, only the appends those probes made.
+that SIMILARITY.md section (TUNELAB_SIM_BAR_PROBE): not bars of any rule, only the appends those probes made.
 
 Results: benchmarks/results/similarity_bar_model.json; a table last.
 

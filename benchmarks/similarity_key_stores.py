@@ -42,11 +42,11 @@ _scale_d0_h200.json, _l2_h200.json, _pace_h200.json, _cluster_h200.json, _count_
 A search that filters by bars known before it starts (TUNELAB_SIM_BAR_PROBE=V, one constant bar, with _ANY, _SMEM
 and _WALK for how the passing keys are found and appended) was measured with --macro at 1dec25a, 95929d2, 9d1d8cd,
 07c6fe5 and b909d0c, whose kernels held the macros (commit messages: the run commands); topk.cuh's dense_epilogue and
-the README keep the figures (results/similarity_key_stores_bar_probe{,_any,_smem,_walk,_ring}_h200.json).
+SIMILARITY.md keep the figures (results/similarity_key_stores_bar_probe{,_any,_smem,_walk,_ring}_h200.json).
 
 What L2's query reads cost the search was measured with --macro at fefcd8a, whose producer copied the query boxes on
 the ring's first lap only when TUNELAB_SIM_QSKIP=1 (wrong keys; with TUNELAB_SIM_TRACE=1 also without the stores):
-nothing (results/similarity_key_stores_qskip_h200.json; topk.cuh's produce() and the README keep the figures).
+nothing (results/similarity_key_stores_qskip_h200.json; topk.cuh's produce() and SIMILARITY.md keep the figures).
 """
 from __future__ import annotations
 

@@ -212,3 +212,49 @@ def test_second_kernel_nops_compile_for_hopper_and_ampere(load_benchmark):
         for wait in (0, 1):
             ck = kern.compile({"WAIT": wait}, arch=arch, use_cache=False)
             assert ck.resources.spill_store_bytes == 0 and ck.result.cubin
+
+
+def _expand_braces(name: str) -> list[str]:
+    """`a{,_x,_y}b` -> ['ab', 'a_xb', 'a_yb'] (shell-style, groups not nested)."""
+    import re
+
+    m = re.search(r"\{([^{}]*)\}", name)
+    if not m:
+        return [name]
+    return [e for alt in m.group(1).split(",") for e in _expand_braces(name[:m.start()] + alt + name[m.end():])]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "benchmarks/SIMILARITY.md"])
+def test_docs_cite_result_files_that_exist(doc):
+    """Every `results/NAME` a document cites (brace groups and * patterns included) names a file in
+    benchmarks/results/: a figure is only as good as the file behind it, and a renamed or dropped result would
+    otherwise leave a citation pointing nowhere."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    results = root / "benchmarks"
+    text = (root / doc).read_text()
+    cited = {m.rstrip(".,;:)") for m in re.findall(r"results/[A-Za-z0-9_.\-{},*]+", text)}
+    cited = {c for c in cited if re.search(r"\.(json|txt|log|csv|gz)$", c) or c.endswith("*")}
+    assert len(cited) >= 2, f"{doc}: found only {sorted(cited)}; did the citation form change?"
+    missing = [name for c in sorted(cited) for name in _expand_braces(c) if not list(results.glob(name))]
+    assert not missing, f"{doc} cites result files that are not in benchmarks/results: {missing}"
+
+
+def test_readme_similarity_figures_name_the_run_in_results():
+    """The README's similarity table quotes results/similarity.json and names the commit it ran at; a rerun that
+    replaces the file without the README's figures shows up here."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "README.md").read_text()
+    m = re.search(r"`results/similarity\.json` at ([0-9a-f]{7,40})", text)
+    assert m, "the README no longer says which run of similarity.py its table quotes"
+    run = json.loads((root / "benchmarks" / "results" / "similarity.json").read_text())
+    commit = run["environment"]["git_commit"]
+    assert commit.startswith(m.group(1)), f"README quotes the run at {m.group(1)}, results/similarity.json is {commit}"
+    # the 50K / 100 row, the goal the README discusses, as the file has it
+    row = next(r for r in run["search"] if (r["dtype"], r["n"], r["nq"]) == ("fp16", 50_000, 100))
+    want = f"| fp16 | 50K | 100 | {row['ours_us']['median']:.1f} µs | {row['torch_us']['median']:.1f} µs | " \
+           f"{row['speedup']['estimate']:.2f}x"
+    assert want in text, f"README's 50K / 100 row differs from results/similarity.json's: want {want!r}"

@@ -45,10 +45,10 @@ __device__ __forceinline__ void tf32x3_step(float (&c)[4], const unsigned (&ah)[
 // instructions, where two cvt.rna.tf32 (ptxas emulates each with an add, an |x| >= inf test, a select and a mask)
 // and the subtraction took seven: at nq <= 8 the fp32 main loop is bound by its instruction issue, not by memory
 // (ncu on an H100: results/ncu_similarity_fp32_nq1_h100.txt; with this split 21% fewer instructions, 13% faster
-// over an L2-resident corpus and 12% on the complex64 Gram kernel, README). The _rn intrinsics keep the compiler from
-// contracting the product into an FMA, which would break the split. NaN stays NaN, inf gives NaN (as the cvt
-// split did, through lo), and so does any |x| above FLT_MAX / 8193 (~4.15e34), where c overflows: such an element
-// never yields a finite key or Gram entry.
+// over an L2-resident corpus and 12% on the complex64 Gram kernel, benchmarks/SIMILARITY.md). The _rn intrinsics
+// keep the compiler from contracting the product into an FMA, which would break the split. NaN stays NaN, inf gives
+// NaN (as the cvt split did, through lo), and so does any |x| above FLT_MAX / 8193 (~4.15e34), where c overflows:
+// such an element never yields a finite key or Gram entry.
 //
 // CVT = true: the split by two cvt.rna.tf32 instead (ties away, lo rounded too: the same 2^-22 order). Veltkamp's
 // keeps more values live while it runs, and next to 112 accumulators plus row norms (fp32 cosine and l2 at
@@ -123,9 +123,9 @@ __device__ __forceinline__ int b_lane_half(int lane) { return (lane >> 3) & 1; }
 // and lays the sums out as the m16n8 C fragment in acc, which is all the epilogues read. Per k-step a warp issues
 // its A and B ldmatrix, 2 FQ shuffles (a query's two values to the lanes that need them) and 4 MT FQ FFMAs,
 // against 3xTF32's 16 MT + 8 splitting instructions and 3 MT MMAs: at nq = 1 about a quarter of the k-steps'
-// instructions (the whole search's: 2.71M against 4.04M on an H100, README), and plain fp32 products and sums, no
-// tf32 truncation. It pays for few queries only (at FQ = 8 its FFMAs
-// outnumber 3xTF32's instructions), so the tuner and the defaults decide (ops/similarity.py default_config).
+// instructions (the whole search's: 2.71M against 4.04M on an H100, benchmarks/SIMILARITY.md), and plain fp32
+// products and sums, no tf32 truncation. It pays for few queries only (at FQ = 8 its FFMAs outnumber 3xTF32's
+// instructions), so the tuner and the defaults decide (ops/similarity.py default_config).
 template <int DTYPE, int MT, int NT, bool NORMS, bool COMPLEX, bool RN_ACC = false, bool FMA = false>
 struct WarpMma {
   static_assert(!COMPLEX || DTYPE == kC64, "complex accumulation needs complex64 inputs");

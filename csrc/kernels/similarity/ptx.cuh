@@ -81,8 +81,8 @@ __device__ __forceinline__ void unpack2(unsigned v, float& lo, float& hi) {
 // columns stored: the first 1 or 4 of the 13 n8 column blocks' keys alone cost 0.5 and 2.1 us (d6f2d0f,
 // _count_h200.json), while every column's with half the stores cost ~5.7 (above). Nor the lines they touch: stored
 // fragment-native, a warp's 8-byte stores filling two whole lines (52 stores a thread), they cost 6.5 us as the
-// default's do, and tile-major (one contiguous region a tile) 5.8 (b4c9fd4, _layout_h200.json). The README has the
-// rest.
+// default's do, and tile-major (one contiguous region a tile) 5.8 (b4c9fd4, _layout_h200.json).
+// benchmarks/SIMILARITY.md has the rest.
 #ifndef TUNELAB_SIM_KEY_STORE
 #define TUNELAB_SIM_KEY_STORE 0
 #endif

@@ -20,7 +20,7 @@
 //   3. Lane r < k writes entry r (missing entries, fewer than k keys that are not NaN: (-inf or +inf, -1)).
 //
 // What it measured against the forms before it (the block select, the fused form behind a grid barrier, the lanes'
-// maxima bound, loads of counts and entries in one round trip), with commits and result files: the README's
+// maxima bound, loads of counts and entries in one round trip), with commits and result files: SIMILARITY.md's
 // "Tile-maximum words and the filtered select" and "The filtered select's time". The programmatic launch already
 // hides this kernel's start; what it costs is its own chain of dependent reads.
 //

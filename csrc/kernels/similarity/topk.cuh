@@ -411,7 +411,7 @@ __device__ __forceinline__ float ordered_float(unsigned u) {
 // them (its corpus slices stay its own), so L2 serves a query byte once per cluster instead of once per block.
 // (Built to test whether those re-reads bound the MMA=3 loop at nq = 100, where ncu reads 80-84% L2 throughput
 // against 62-65% DRAM: on the H200 they halve the query reads and leave the time and both figures as they were,
-// so the defaults keep CLUSTER = 1; README. What bounded the loop was the top-k epilogue: see the candidate
+// so the defaults keep CLUSTER = 1; SIMILARITY.md. What bounded the loop was the top-k epilogue: see the candidate
 // queues.) A stage of every block is then written by every producer of the
 // cluster, so it is released to all of them: empty[s] counts the MMA warps of the whole cluster (each arrives on
 // every block's empty[s]), full[s] the block's own producer, whose expected bytes are the stage's (corpus slice
@@ -705,7 +705,7 @@ struct TopkBlock {
 #endif
 // TUNELAB_SIM_TRACE_KEYS=1 (benchmarks/similarity_probe.py --trace ... --define TUNELAB_SIM_TRACE_KEYS=1): the dense
 // search's diagnosis build stores its keys too, all but query 0's, whose row holds the timelines, so that the
-// timelines show where the stores' time goes (README, "Where the stores' time goes").
+// timelines show where the stores' time goes (benchmarks/SIMILARITY.md, "Where the stores' time goes").
 #ifndef TUNELAB_SIM_TRACE_KEYS
 #define TUNELAB_SIM_TRACE_KEYS 0
 #endif
@@ -1196,7 +1196,7 @@ struct TopkBlock {
   // (chunk-local: the launcher takes no index_base with it). Rows past n and padding query columns are not written.
   // A warp's store covers 8 consecutive rows of 4 query columns: four 32-byte sectors.
   // Measured against it and removed (H200, 50K / 100; TUNELAB_SIM_BAR_PROBE[_ANY,_SMEM] at 1dec25a, 95929d2 and
-  // 9d1d8cd, results/similarity_key_stores_bar_probe{,_any,_smem}_h200.json; README, "A filter whose bars are
+  // 9d1d8cd, results/similarity_key_stores_bar_probe{,_any,_smem}_h200.json; SIMILARITY.md, "A filter whose bars are
   // known"): a filter whose bars are known before the search starts (a pilot pass's), each key compared in its
   // registers with one constant bar and, at or above it, appended to its query's row. With every key of a tile
   // folded into one predicate first and no key passing, the search took 27.7 us (27.2 without stores); with 76
@@ -2002,7 +2002,8 @@ struct TopkBlock {
   // PREFETCH, the first slice of each tile first asks L2 for all slices of the tile PREFETCH ahead (up to tile_end).
   // Every slice copies its query box again from L2: with them copied on the ring's first lap only (fefcd8a's probe,
   // wrong keys) the dense search at 50K / 100 took 33.5 us against 33.6 on the H200, 27.2 against 27.2 without its
-  // key stores, so a query tile resident in shared memory would gain nothing (README, "Where the stores' time goes").
+  // key stores, so a query tile resident in shared memory would gain nothing (benchmarks/SIMILARITY.md, "Where the
+  // stores' time goes").
   __device__ __forceinline__ void produce(int tile_begin, int tile_end, int total) {
     if (lane != 0) return;
     const tma::Desc* dc = reinterpret_cast<const tma::Desc*>(p.tma_corpus);
