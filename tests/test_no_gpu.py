@@ -33,6 +33,24 @@ def test_import_does_not_need_torch_or_a_driver():
     assert out.stdout.startswith("ok")
 
 
+def test_ops_are_reachable_from_a_plain_import():
+    """`import tunelab` then `tunelab.ops.similarity_search(...)`, as the README's example does (it failed with
+    "module 'tunelab' has no attribute 'ops'" on the H200 at 8e977e0): the subpackage comes with the package, and
+    torch is imported only when an op is first looked up."""
+    code = (
+        "import sys\n"
+        "import tunelab\n"
+        "assert 'torch' not in sys.modules, 'import tunelab imported torch'\n"
+        "ops = tunelab.ops\n"
+        "assert callable(ops.similarity_search) and callable(ops.gram) and callable(ops.attention)\n"
+        "assert 'torch' in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def test_cli_help_works_without_a_driver():
     out = subprocess.run([sys.executable, "-m", "tunelab.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from tunelab import _core, timing  # noqa: E402
+from tunelab import _core, ops, timing  # noqa: E402  (ops imports torch only when an op is first looked up)
 from tunelab.errors import (  # noqa: E402
     CompileError, ConfigError, DriverError, GateRejection, InputError, NoDeviceError, PoisonedContextError,
     TunelabError,
@@ -54,7 +54,7 @@ def tune(*args, **kwargs):
 
 
 __all__ = [
-    "__version__", "timing", "Kernel", "CompiledKernel", "compile", "occupancy", "devices", "gpu_available", "current_arch",
+    "__version__", "ops", "timing", "Kernel", "CompiledKernel", "compile", "occupancy", "devices", "gpu_available", "current_arch",
     "tune", "cache_dir", "kernels_dir", "TunelabError", "CompileError", "ConfigError", "DriverError",
     "NoDeviceError", "PoisonedContextError", "InputError", "GateRejection",
 ]
