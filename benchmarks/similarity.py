@@ -29,11 +29,13 @@ Sections (all in one run, results in benchmarks/results/similarity.json with the
 
 Prints a short table last. About 4-5 minutes on an H200; ``--quick`` (N <= 1M, nq in {1, 100}, fp16, smaller
 out-of-core corpus, 10 s sustained, Gram up to 8K) about 1 minute.
+``--readme-table RESULT.json`` prints the README's search table of a run's result file (no GPU).
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import json
 import sys
 import threading
 import time
@@ -493,12 +495,41 @@ def goals(search: list[dict], ooc: dict) -> dict:
     return out
 
 
-def main() -> int:
+def readme_table(search: list[dict]) -> str:
+    """The README's table of a run's searches (Markdown; skipped cases left out): ``python3 benchmarks/similarity.py
+    --readme-table benchmarks/results/similarity.json`` prints it, and a CPU test checks the README holds it."""
+    def rows(n: int) -> str:
+        return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}K"
+
+    def duration(us: float) -> str:
+        return f"{us:.1f} µs" if us < 1000 else f"{us / 1000:.2f} ms"
+
+    lines = ["| dtype | N | nq | ours | torch | speedup [95% CI] | of the floor |", "|---|---|---|---|---|---|---|"]
+    for r in search:
+        if "skipped" in r:
+            continue
+        sp = r["speedup"]
+        floor = "HBM" if r["floor_kind"] == "hbm" else r["floor_kind"]
+        lines.append(f"| {r['dtype']} | {rows(r['n'])} | {r['nq']} | {duration(r['ours_us']['median'])} | "
+                     f"{duration(r['torch_us']['median'])} | {sp['estimate']:.2f}x [{sp['ci95'][0]:.2f}, "
+                     f"{sp['ci95'][1]:.2f}] | {100 * r['ours_fraction_of_floor']:.0f}% ({floor}) |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a 1-minute subset")
     ap.add_argument("--sustain-s", type=float, default=None, help="seconds of the sustained run (default 60; quick 10)")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: search,ooc,ablation,gram")
-    args = ap.parse_args()
+    ap.add_argument("--readme-table", metavar="RESULT.json", type=Path,
+                    help="print the README's search table of an earlier run's result file and stop (no GPU)")
+    args = ap.parse_args(argv)
+    if args.readme_table is not None:
+        if not args.readme_table.is_file():
+            ap.error(f"--readme-table {args.readme_table}: no such file; pass a result of this script, e.g. "
+                     "benchmarks/results/similarity.json")
+        print(readme_table(json.loads(args.readme_table.read_text())["search"]))
+        return 0
     torch = _torch()
     if not torch.cuda.is_available():
         print("no CUDA device: this benchmark needs a GPU")

@@ -232,18 +232,18 @@ def test_docs_cite_result_files_that_exist(doc):
     import re
 
     root = Path(__file__).resolve().parent.parent
-    results = root / "benchmarks"
+    bench = root / "benchmarks"
     text = (root / doc).read_text()
     cited = {m.rstrip(".,;:)") for m in re.findall(r"results/[A-Za-z0-9_.\-{},*]+", text)}
     cited = {c for c in cited if re.search(r"\.(json|txt|log|csv|gz)$", c) or c.endswith("*")}
     assert len(cited) >= 2, f"{doc}: found only {sorted(cited)}; did the citation form change?"
-    missing = [name for c in sorted(cited) for name in _expand_braces(c) if not list(results.glob(name))]
+    missing = [name for c in sorted(cited) for name in _expand_braces(c) if not list(bench.glob(name))]
     assert not missing, f"{doc} cites result files that are not in benchmarks/results: {missing}"
 
 
-def test_readme_similarity_figures_name_the_run_in_results():
-    """The README's similarity table quotes results/similarity.json and names the commit it ran at; a rerun that
-    replaces the file without the README's figures shows up here."""
+def test_readme_similarity_figures_name_the_run_in_results(load_benchmark):
+    """The README's similarity table is results/similarity.json's (as `similarity.py --readme-table` prints it) and
+    names the commit it ran at; a rerun that replaces the file without the README's figures shows up here."""
     import re
 
     root = Path(__file__).resolve().parent.parent
@@ -253,8 +253,7 @@ def test_readme_similarity_figures_name_the_run_in_results():
     run = json.loads((root / "benchmarks" / "results" / "similarity.json").read_text())
     commit = run["environment"]["git_commit"]
     assert commit.startswith(m.group(1)), f"README quotes the run at {m.group(1)}, results/similarity.json is {commit}"
-    # the 50K / 100 row, the goal the README discusses, as the file has it
-    row = next(r for r in run["search"] if (r["dtype"], r["n"], r["nq"]) == ("fp16", 50_000, 100))
-    want = f"| fp16 | 50K | 100 | {row['ours_us']['median']:.1f} µs | {row['torch_us']['median']:.1f} µs | " \
-           f"{row['speedup']['estimate']:.2f}x"
-    assert want in text, f"README's 50K / 100 row differs from results/similarity.json's: want {want!r}"
+    table = load_benchmark("similarity").readme_table(run["search"])
+    assert "| fp16 | 50K | 100 |" in table  # the goal the README discusses
+    assert table in text, ("the README's similarity table differs from results/similarity.json's; paste the output of "
+                           "python3 benchmarks/similarity.py --readme-table benchmarks/results/similarity.json")
