@@ -85,6 +85,23 @@ def _cmd_env(args) -> int:
     return 0
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        dims = [int(x) for x in text.replace("x", ",").split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 100,50000,768,10"
+                                         ) from None
+    if not dims:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no integer; e.g. 100,50000,768,10")
+    return dims
+
+
+def _cmd_profile(args) -> int:
+    from tunelab.profile import main_args
+
+    return main_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tunelab`` command (sub-commands registered by each module)."""
     parser = argparse.ArgumentParser(
@@ -112,6 +129,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("env", help="print the environment fingerprint recorded with measurements")
     p.set_defaults(func=_cmd_env)
+
+    p = sub.add_parser(
+        "profile", help="read a kernel's hardware counters with Nsight Compute (ncu) and say what bounds it",
+        description="Run one call of a tunelab op (--op) or any program (after --) under ncu; print one row per "
+                    "kernel (time under ncu, SM / DRAM / L2 %% of peak, occupancy, what bounds it, top stalls). "
+                    "Examples: tunelab profile --op similarity --shape 100,50000,768,10; "
+                    "tunelab profile --kernel gemm -- python my_script.py")
+    p.add_argument("--op", choices=["similarity", "attention", "gram"], help="profile one call of this op")
+    p.add_argument("--shape", type=_int_list, help="the op's shape: similarity nq,n,d,k; attention B,H,S,D; gram n,dim")
+    p.add_argument("--dtype", default="fp16", help="the op's element type (default fp16)")
+    p.add_argument("--causal", action="store_true", help="attention: causal mask")
+    p.add_argument("--metric", default="ip", choices=["ip", "cosine", "l2"], help="similarity: the metric")
+    p.add_argument("--config", help="the op's config as NAME=VALUE,... instead of its default or tuned one")
+    p.add_argument("--kernel", metavar="REGEX", help="profile only kernels whose name matches")
+    p.add_argument("--metrics", metavar="A,B", help="more ncu metrics to collect (names as `ncu --query-metrics`)")
+    p.add_argument("--launch-skip", type=int, default=0, metavar="N", help="skip the first N matching launches")
+    p.add_argument("--launch-count", type=int, metavar="N", help="profile at most N launches")
+    p.add_argument("--clock-control", default="none", choices=["none", "base"],
+                   help="none (default): clocks as the program runs them; base: ncu's lock to base clock")
+    p.add_argument("--report", metavar="PATH", help="keep ncu's .ncu-rep report here (for the Nsight Compute GUI)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the run after this long")
+    p.add_argument("--out", metavar="FILE.json", help="write every counter and the environment fingerprint here")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("target", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...: a program to profile")
+    p.set_defaults(func=_cmd_profile)
 
     try:
         from tunelab.tuning.cli import register

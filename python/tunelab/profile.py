@@ -1,0 +1,564 @@
+"""Nsight Compute (``ncu``) from Python: profile a program or one call of a tunelab op, read the hardware counters
+of each kernel, and say what bounds it.
+
+A timing says how fast a kernel is; the counters say why. ``ncu`` reads them by replaying each profiled kernel, so it
+must start the program itself: :func:`profile` runs a command under ncu and :func:`profile_op` runs one call of an op
+(``tunelab.profile_target``: random inputs, warm-up calls untimed and unprofiled, then one profiled call). ::
+
+    from tunelab.profile import profile_op
+    result = profile_op("similarity", shape=(100, 50000, 768, 10), dtype="fp16")
+    print(result.table())               # one row per kernel: time, % of peak of SM / DRAM / L2, occupancy, bound
+    result.kernels[0].metrics           # every counter ncu collected, by its ncu name
+    result.report                       # the .ncu-rep file, for the Nsight Compute GUI (when a path was given)
+
+The command line does the same: ``tunelab profile --op similarity --shape 100,50000,768,10`` or ``tunelab profile
+-- python my_script.py``.
+
+What is collected: the sections in :data:`SECTIONS` (speed of light, launch statistics, occupancy, warp stall
+reasons) plus :data:`DEFAULT_METRICS` and any ``metrics`` given. A metric name this GPU or ncu does not know is not
+an error for ncu (it leaves it out); here it is listed in :attr:`ProfileResult.missing_metrics` and, when the caller
+asked for it by name, raises :class:`ProfileError`. Clocks: ``clock_control="none"`` by default, as tunelab's timer
+leaves them (ncu's own default locks them to base clock, which makes durations longer than the program sees); caches
+are flushed before each replayed kernel (ncu's ``--cache-control all``), as the timer flushes L2 between samples.
+ncu serializes kernels and replays each several times, so its durations are not the program's timings: use
+:mod:`tunelab.timing` for those.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from tunelab.errors import TunelabError
+
+#: ncu sections collected for every kernel: what the summary and ncu's own rule messages need.
+SECTIONS: tuple[str, ...] = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats")
+
+#: Metrics collected besides the sections' (ncu names). The summary reads these.
+DURATION = "gpu__time_duration.sum"
+SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+MEMORY_PCT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+L2_PCT = "lts__throughput.avg.pct_of_peak_sustained_elapsed"
+L1_PCT = "l1tex__throughput.avg.pct_of_peak_sustained_active"
+DRAM_READ = "dram__bytes_read.sum"
+DRAM_WRITE = "dram__bytes_write.sum"
+OCCUPANCY_PCT = "sm__warps_active.avg.pct_of_peak_sustained_active"
+DEFAULT_METRICS: tuple[str, ...] = (DURATION, SM_PCT, MEMORY_PCT, DRAM_PCT, L2_PCT, L1_PCT, DRAM_READ, DRAM_WRITE,
+                                    OCCUPANCY_PCT)
+
+#: Stall-reason metrics of the WarpStateStats section: cycles a warp spends stalled for that reason per issued
+#: instruction (``no_instruction``: instruction-cache misses; ``long_scoreboard``: global memory; ``barrier``: block
+#: barriers; ``wait``: fixed-latency dependencies).
+_STALL = re.compile(r"^smsp__average_warps?_issue_stalled_(?P<reason>.+)_per_issue_active\.ratio$")
+#: Occupancy limiters ncu reports (blocks per SM each resource allows).
+_LIMITS = {"launch__occupancy_limit_registers": "registers", "launch__occupancy_limit_shared_mem": "shared memory",
+           "launch__occupancy_limit_warps": "warps", "launch__occupancy_limit_blocks": "blocks per SM",
+           "launch__occupancy_limit_barriers": "barriers"}
+#: The ID columns that come before the metrics on ncu's raw page.
+_ID_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+               "Grid Size", "Device", "CC")
+#: Below this % of peak for both the SM and memory, a kernel is called latency-bound (ncu's own rules use 60%).
+BUSY_PCT = 60.0
+
+CLOCK_CONTROLS = ("none", "base")
+CACHE_CONTROLS = ("all", "none")
+
+
+class ProfileError(TunelabError):
+    """ncu is missing, could not read the counters, the profiled program failed, or asked-for metrics are unknown."""
+
+
+# ------------------------------------------------------------------------------------------------ finding ncu
+def find_ncu(ncu: str | os.PathLike | None = None) -> str:
+    """The path of the ``ncu`` executable: ``ncu`` if given, else ``$TUNELAB_NCU``, else ``ncu`` on ``PATH``, else
+    ``$CUDA_HOME/bin/ncu``, ``/usr/local/cuda/bin/ncu`` and the newest ``/opt/nvidia/nsight-compute/*/ncu``.
+
+    Raises ProfileError naming every place looked at and how to point tunelab at ncu."""
+    tried: list[str] = []
+    explicit = ncu if ncu is not None else os.environ.get("TUNELAB_NCU")
+    if explicit:
+        path = shutil.which(str(explicit)) or (str(explicit) if Path(explicit).is_file() else None)
+        if path and os.access(path, os.X_OK):
+            return path
+        where = "ncu=" if ncu is not None else "TUNELAB_NCU="
+        raise ProfileError(f"{where}{explicit!s} is not an executable file; give the path of Nsight Compute's ncu")
+    found = shutil.which("ncu")
+    if found:
+        return found
+    tried.append("ncu on PATH")
+    candidates = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "ncu")
+    candidates.append(Path("/usr/local/cuda/bin/ncu"))
+    candidates += sorted(Path("/opt/nvidia/nsight-compute").glob("*/ncu"), key=_version_key, reverse=True)
+    for c in dict.fromkeys(candidates):  # (CUDA_HOME is often /usr/local/cuda: each place once)
+        tried.append(str(c))
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise ProfileError("Nsight Compute's ncu was not found (looked at: " + ", ".join(tried) + "); install Nsight "
+                       "Compute (it comes with the CUDA toolkit) and put ncu on PATH, or set TUNELAB_NCU=/path/to/ncu")
+
+
+def _version_key(path: Path) -> tuple:
+    return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.-]", path.parent.name))
+
+
+def ncu_version(ncu: str) -> str:
+    """``ncu --version``'s version line (e.g. ``Version 2025.3.1.0 (build ...)``), or "unknown"."""
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    return next((ln for ln in lines if ln.lower().startswith("version")), lines[-1] if lines else "unknown")
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+@dataclass
+class KernelProfile:
+    """One profiled kernel launch: ncu's ID, the kernel's demangled name, its launch shape and every collected
+    metric by ncu name (numbers as float or int, text as str; ``units`` maps a metric to its unit)."""
+
+    id: int
+    name: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    metrics: dict[str, Any] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+    rules: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def short_name(self) -> str:
+        """The kernel's function name without return type, namespaces, template arguments or parameters."""
+        return short_kernel_name(self.name)
+
+    def value(self, metric: str) -> float | None:
+        """``metric`` as a number, or None if ncu did not collect it (or it is not a number)."""
+        v = self.metrics.get(metric)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    @property
+    def duration_us(self) -> float | None:
+        """The kernel's duration under ncu (µs): serialized, caches flushed; not the program's timing."""
+        ns = self.value(DURATION)
+        return None if ns is None else ns / 1e3
+
+    def stalls(self, top: int = 3) -> list[tuple[str, float]]:
+        """The ``top`` warp stall reasons with the most cycles per issued instruction, largest first."""
+        found = []
+        for name, v in self.metrics.items():
+            m = _STALL.match(name)
+            if m and isinstance(v, (int, float)) and v > 0:
+                found.append((m.group("reason"), float(v)))
+        return sorted(found, key=lambda x: -x[1])[:top]
+
+    def occupancy_limit(self) -> str | None:
+        """What limits blocks per SM: the resources that allow the fewest, e.g. ``"registers, shared memory (1
+        block/SM)"``; None when ncu did not report the limits."""
+        limits = [(int(v), what) for name, what in _LIMITS.items()
+                  if isinstance(v := self.metrics.get(name), (int, float)) and v > 0]
+        if not limits:
+            return None
+        n = min(v for v, _ in limits)
+        return f"{', '.join(what for v, what in limits if v == n)} ({n} block{'s' if n != 1 else ''}/SM)"
+
+    def bound(self) -> str:
+        """What bounds the kernel by ncu's speed of light: the busiest of the SM and the memory units (DRAM, L2,
+        L1) at its % of peak, or "latency" when neither reaches BUSY_PCT (then the stall reasons say why)."""
+        sm = self.value(SM_PCT)
+        mem = {"DRAM": self.value(DRAM_PCT), "L2": self.value(L2_PCT), "L1": self.value(L1_PCT)}
+        mem = {k: v for k, v in mem.items() if v is not None}
+        if sm is None and not mem:
+            return "unknown (no speed-of-light metrics)"
+        unit, pct = max(mem.items(), key=lambda kv: kv[1]) if mem else ("memory", -1.0)
+        if sm is not None and sm >= pct:
+            unit, pct = "SM", sm
+        if pct < BUSY_PCT:
+            return f"latency (busiest: {unit} {pct:.0f}% of peak)"
+        return f"{'compute' if unit == 'SM' else 'memory'}: {unit} {pct:.0f}% of peak"
+
+    def summary(self) -> dict[str, Any]:
+        """The headline figures as a plain dict (what :meth:`ProfileResult.table` shows)."""
+        return {"id": self.id, "kernel": self.short_name, "grid": list(self.grid), "block": list(self.block),
+                "duration_us": self.duration_us, "sm_pct": self.value(SM_PCT), "dram_pct": self.value(DRAM_PCT),
+                "l2_pct": self.value(L2_PCT), "l1_pct": self.value(L1_PCT),
+                "achieved_occupancy_pct": self.value(OCCUPANCY_PCT),
+                "registers": self.value("launch__registers_per_thread"),
+                "dynamic_smem_bytes": self.value("launch__shared_mem_per_block_dynamic"),
+                "dram_bytes": _sum_or_none(self.value(DRAM_READ), self.value(DRAM_WRITE)),
+                "occupancy_limit": self.occupancy_limit(), "bound": self.bound(),
+                "stalls": [[r, round(v, 3)] for r, v in self.stalls()]}
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything, JSON-ready: the summary, every metric with its unit, ncu's rule messages."""
+        return {"summary": self.summary(), "name": self.name, "metrics": self.metrics, "units": self.units,
+                "rules": self.rules}
+
+
+def _sum_or_none(*values: float | None) -> float | None:
+    return None if any(v is None for v in values) else float(sum(values))
+
+
+def short_kernel_name(name: str) -> str:
+    """``void ns::kern<T<1, 2>>(P)`` -> ``kern``; a name that is not a C++ signature comes back unchanged."""
+    text = name.replace("(anonymous namespace)", "{anonymous}")
+    cut = min((i for i in (text.find("<"), text.find("(")) if i >= 0), default=len(text))  # ends the qualified name
+    head = text[:cut].strip()
+    head = head.split(" ")[-1] if " " in head else head
+    return head.split("::")[-1] or name
+
+
+def parse_number(text: str) -> Any:
+    """An ncu CSV cell: ``"28,416"`` -> 28416, ``"63.90"`` -> 63.9, ``"(384, 1, 1)"`` -> (384, 1, 1), ``""`` ->
+    None, anything else stays text."""
+    t = text.strip()
+    if not t:
+        return None
+    if t.startswith("(") and t.endswith(")"):
+        parts = [parse_number(p) for p in t[1:-1].split(",")]
+        return tuple(parts) if all(isinstance(p, int) for p in parts) else t
+    plain = t.replace(",", "")
+    if re.fullmatch(r"[-+]?\d+", plain):
+        return int(plain)
+    try:
+        v = float(plain)
+    except ValueError:
+        return t
+    return v if math.isfinite(v) or plain.lower() in ("nan", "inf", "-inf") else t
+
+
+#: Units ncu prints scaled (unless --print-units base) -> (base unit, factor): times in ns, bytes, hertz.
+_TIME = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}  # ncu's prefixes are decimal (118.864 Kbyte = 118,864)
+
+
+def base_unit(unit: str) -> tuple[str, float]:
+    """``(base unit, factor)`` of an ncu unit: ``"us"`` -> ``("ns", 1000.0)``, ``"Mbyte"`` -> ``("byte", 1e6)``,
+    ``"Kbyte/block"`` -> ``("byte/block", 1000.0)``, ``"Ghz"`` -> ``("hz", 1e9)``; other units unchanged, factor 1."""
+    if unit in _TIME:
+        return "ns", _TIME[unit]
+    m = re.fullmatch(r"([KMGT]?)(byte|hz)(/.+)?", unit, flags=re.IGNORECASE)
+    if m and m.group(1).upper() in _PREFIX and (m.group(1) == "" or m.group(1).isupper()):
+        return m.group(2).lower() + (m.group(3) or ""), _PREFIX[m.group(1).upper()]
+    return unit, 1.0
+
+
+def _csv_rows(text: str) -> list[list[str]]:
+    """The CSV rows of ncu's output (lines ncu or the program printed before the table are skipped)."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if start is None:
+        return []
+    return list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+
+
+def parse_raw_csv(text: str) -> list[KernelProfile]:
+    """Parse ``ncu --csv --page raw`` output (a header row, a units row, one row per kernel) into kernels, every
+    value in base units (ns, byte, hz: :func:`base_unit`)."""
+    rows = _csv_rows(text)
+    if not rows:
+        return []
+    header = rows[0]
+    missing = [c for c in ("ID", "Kernel Name") if c not in header]
+    if missing:
+        raise ProfileError(f"ncu's raw CSV has no {missing} column(s); its header starts {header[:6]}")
+    col = {name: i for i, name in enumerate(header)}
+    units: dict[str, str] = {}
+    kernels = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            continue
+        if not row[col["ID"]].strip():  # the units row
+            units = {h: row[i] for i, h in enumerate(header) if h not in _ID_COLUMNS and row[i]}
+            continue
+        metrics = {h: parse_number(row[i]) for i, h in enumerate(header) if h not in _ID_COLUMNS}
+        grid = parse_number(row[col["Grid Size"]]) if "Grid Size" in col else None
+        block = parse_number(row[col["Block Size"]]) if "Block Size" in col else None
+        kernels.append(KernelProfile(id=int(parse_number(row[col["ID"]])), name=row[col["Kernel Name"]],
+                                     grid=grid if isinstance(grid, tuple) else (), block=block if isinstance(
+                                         block, tuple) else (), metrics=metrics, units=dict(units)))
+    scale = {m: base_unit(u) for m, u in units.items()}
+    for k in kernels:  # values in base units (ns, byte, hz), whatever ncu's printing scaled them to
+        k.units = {m: scale[m][0] for m in units if m in k.metrics}
+        for m, (_, factor) in scale.items():
+            v = k.metrics.get(m)
+            if factor != 1.0 and isinstance(v, (int, float)) and not isinstance(v, bool):
+                k.metrics[m] = v * factor
+    return kernels
+
+
+def parse_rules_csv(text: str) -> dict[int, list[dict[str, Any]]]:
+    """ncu's rule messages (``--csv --page details``: rows with a rule name) by kernel ID: the rule, its type
+    (OPT, WRN, ...), its text and, where ncu estimates one, the speedup it predicts."""
+    rows = _csv_rows(text)
+    if not rows:
+        return {}
+    col = {name: i for i, name in enumerate(rows[0])}
+    if "Rule Name" not in col:
+        return {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in rows[1:]:
+        if len(row) != len(rows[0]) or not row[col["Rule Name"]].strip():
+            continue
+        rule = {"section": row[col["Section Name"]], "rule": row[col["Rule Name"]],
+                "type": row[col["Rule Type"]], "text": row[col["Rule Description"]]}
+        if "Estimated Speedup" in col and row[col["Estimated Speedup"]].strip():
+            rule["estimated_speedup_pct"] = parse_number(row[col["Estimated Speedup"]])
+            rule["speedup_type"] = row[col.get("Estimated Speedup Type", col["Estimated Speedup"])]
+        out.setdefault(int(parse_number(row[col["ID"]])), []).append(rule)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ running ncu
+@dataclass
+class ProfileResult:
+    """What :func:`profile` found: the kernels in launch order, the command, ncu's version, the report file (when
+    one was kept) and the asked-for metrics ncu did not collect."""
+
+    command: list[str]
+    ncu: str
+    ncu_version: str
+    kernels: list[KernelProfile]
+    report: str | None = None
+    missing_metrics: list[str] = field(default_factory=list)
+    program_output: str = ""
+
+    def find(self, pattern: str) -> list[KernelProfile]:
+        """The kernels whose demangled name matches the regular expression ``pattern`` (``re.search``)."""
+        rx = re.compile(pattern)
+        return [k for k in self.kernels if rx.search(k.name)]
+
+    def table(self, *, width: int | None = None) -> str:
+        """A text table, one row per kernel: time under ncu, SM / DRAM / L2 % of peak, achieved occupancy,
+        registers, the occupancy limiter, what bounds it and the top stall reasons."""
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"ncu: {len(self.kernels)} kernel(s) of {' '.join(self.command)[:80]}")
+        for name in ("#", "kernel", "grid x block", "µs", "SM %", "DRAM %", "L2 %", "occ. %", "regs", "limit",
+                     "bound", "top stalls (cycles/instr)"):
+            t.add_column(name, overflow="fold")
+        for k in self.kernels:
+            s = k.summary()
+            t.add_row(str(k.id), k.short_name, f"{_dims(k.grid)} x {_dims(k.block)}", _fmt(s["duration_us"], 1),
+                      _fmt(s["sm_pct"], 0), _fmt(s["dram_pct"], 0), _fmt(s["l2_pct"], 0),
+                      _fmt(s["achieved_occupancy_pct"], 0), _fmt(s["registers"], 0), s["occupancy_limit"] or "-",
+                      s["bound"], ", ".join(f"{r} {v:.1f}" for r, v in k.stalls()) or "-")
+        console = Console(width=width or 200, record=True, file=io.StringIO())
+        console.print(t)
+        if self.missing_metrics:
+            console.print(f"not collected on this GPU / ncu: {', '.join(self.missing_metrics)}")
+        if self.report:
+            console.print(f"report: {self.report} (open it in Nsight Compute: ncu-ui {self.report})")
+        return console.export_text()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: the command, ncu, the report, the missing metrics and every kernel (:meth:`KernelProfile.to_json`)."""
+        return {"command": self.command, "ncu": self.ncu, "ncu_version": self.ncu_version, "report": self.report,
+                "missing_metrics": self.missing_metrics, "kernels": [k.to_json() for k in self.kernels]}
+
+
+def _dims(d: tuple) -> str:
+    return "x".join(str(x) for x in d) if d else "?"
+
+
+def _fmt(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def ncu_command(command: Sequence[str], report: str, *, ncu: str, metrics: Iterable[str] = (), kernel: str | None = None,
+                launch_skip: int = 0, launch_count: int | None = None, profile_from_start: bool = True,
+                clock_control: str = "none", cache_control: str = "all",
+                sections: Iterable[str] = SECTIONS) -> list[str]:
+    """The ncu command line that profiles ``command`` into the report ``report`` (a path without ``.ncu-rep``).
+
+    ``kernel``: a regular expression on the kernel's function name (ncu ``-k regex:``); ``launch_skip`` /
+    ``launch_count``: of the matching launches, skip the first ones / profile at most this many;
+    ``profile_from_start=False``: profile only between ``cudaProfilerStart`` and ``cudaProfilerStop``
+    (``torch.cuda.profiler.start()`` / ``stop()``)."""
+    if clock_control not in CLOCK_CONTROLS:
+        raise ProfileError(f"clock_control={clock_control!r}; accepted: {CLOCK_CONTROLS}")
+    if cache_control not in CACHE_CONTROLS:
+        raise ProfileError(f"cache_control={cache_control!r}; accepted: {CACHE_CONTROLS}")
+    if int(launch_skip) < 0 or (launch_count is not None and int(launch_count) < 1):
+        raise ProfileError(f"launch_skip={launch_skip} must be >= 0 and launch_count={launch_count} >= 1")
+    if not command:
+        raise ProfileError("no command to profile; give the program and its arguments, e.g. ['python', 'x.py']")
+    cmd = [ncu, "--clock-control", clock_control, "--cache-control", cache_control, "-f", "-o", report]
+    for s in sections:
+        cmd += ["--section", s]
+    metrics = [m for m in dict.fromkeys(metrics) if m]
+    if metrics:
+        cmd += ["--metrics", ",".join(metrics)]
+    if kernel:
+        cmd += ["-k", f"regex:{kernel}"]
+    if launch_skip:
+        cmd += ["--launch-skip", str(int(launch_skip))]
+    if launch_count is not None:
+        cmd += ["--launch-count", str(int(launch_count))]
+    if not profile_from_start:
+        cmd += ["--profile-from-start", "off"]
+    return cmd + [str(c) for c in command]
+
+
+#: ncu messages that mean it could not read the counters, and what to do about each.
+_COUNTER_ERRORS = (
+    ("ERR_NVGPUCTRPERM", "this user may not read the GPU's performance counters: run as root, or set the driver "
+                         "option NVreg_RestrictProfilingToAdminUsers=0 (see NVIDIA's ERR_NVGPUCTRPERM page)"),
+    ("LibraryNotLoaded", "ncu could not load its profiling library on this machine (seen in sandboxed runtimes "
+                         "such as gVisor); profile on a machine whose runtime exposes the GPU's counters"),
+    ("Profiling is not supported on this device", "this GPU or driver does not support ncu's counters"),
+)
+
+
+def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str | None = None, launch_skip: int = 0,
+            launch_count: int | None = None, profile_from_start: bool = True, clock_control: str = "none",
+            cache_control: str = "all", report: str | os.PathLike | None = None, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, ncu: str | os.PathLike | None = None) -> ProfileResult:
+    """Run ``command`` (a program and its arguments) under Nsight Compute and return its kernels' counters.
+
+    Args:
+        command: the program to run, e.g. ``[sys.executable, "script.py"]``.
+        metrics: ncu metric names to collect besides :data:`SECTIONS` and :data:`DEFAULT_METRICS`; any of these
+            that ncu does not collect raises ProfileError (a misspelt name would otherwise vanish silently).
+        kernel: regular expression on kernel names; only matching kernels are profiled.
+        launch_skip, launch_count: skip the first matching launches; profile at most this many.
+        profile_from_start: False: profile only inside ``cudaProfilerStart`` / ``Stop`` ranges.
+        clock_control: ``"none"`` (default: clocks as the program runs them) or ``"base"`` (ncu's lock).
+        cache_control: ``"all"`` (flush caches before each replayed kernel, default) or ``"none"``.
+        report: keep ncu's report here (``.ncu-rep`` added if missing); default: a temporary file, deleted.
+        timeout: seconds before the run is stopped (ProfileError).
+        env: environment of the program (default: this process's).
+        ncu: path of ncu (default: :func:`find_ncu`).
+
+    Raises:
+        ProfileError: ncu missing or unable to read counters, the program failing (its exit status and the end of
+            its output are in the message), a timeout, no kernel profiled, or asked-for metrics not collected.
+    """
+    exe = find_ncu(ncu)
+    asked = [m for m in dict.fromkeys(metrics) if m]
+    with tempfile.TemporaryDirectory(prefix="tunelab-ncu-") as tmp:
+        if report is None:
+            base = str(Path(tmp) / "profile")
+        else:
+            base = str(report)[: -len(".ncu-rep")] if str(report).endswith(".ncu-rep") else str(report)
+            Path(base).parent.mkdir(parents=True, exist_ok=True)
+        cmd = ncu_command(command, base, ncu=exe, metrics=[*DEFAULT_METRICS, *asked], kernel=kernel,
+                          launch_skip=launch_skip, launch_count=launch_count, profile_from_start=profile_from_start,
+                          clock_control=clock_control, cache_control=cache_control)
+        run_env = dict(os.environ if env is None else env)
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env)
+        except subprocess.TimeoutExpired:
+            raise ProfileError(f"ncu did not finish in {timeout} s: {' '.join(cmd)}") from None
+        output = (run.stdout or "") + (run.stderr or "")
+        for marker, advice in _COUNTER_ERRORS:
+            if marker in output:
+                raise ProfileError(f"ncu could not read the counters ({marker}): {advice}")
+        rep = base + ".ncu-rep"
+        if run.returncode != 0:
+            raise ProfileError(f"the profiled program exited with status {run.returncode} under ncu "
+                               f"({' '.join(cmd)}); the end of its output:\n{_tail(output)}")
+        if not Path(rep).is_file():
+            raise ProfileError("ncu profiled no kernel (no report was written): check the kernel filter "
+                               f"({kernel!r}), launch_skip / launch_count and, with profile_from_start=False, that "
+                               f"the program calls cudaProfilerStart; ncu's output:\n{_tail(output)}")
+        raw = _import(exe, rep, "raw")
+        kernels = parse_raw_csv(raw)
+        rules = parse_rules_csv(_import(exe, rep, "details"))
+        for k in kernels:
+            k.rules = rules.get(k.id, [])
+        if not kernels:
+            raise ProfileError(f"ncu's report {rep} holds no kernel; ncu's output:\n{_tail(output)}")
+        collected = set().union(*(k.metrics for k in kernels))
+        missing = [m for m in dict.fromkeys([*DEFAULT_METRICS, *asked]) if m not in collected]
+        unknown = [m for m in asked if m in missing]
+        if unknown:
+            raise ProfileError(f"ncu did not collect {unknown}: not metrics of this GPU or ncu version (list the "
+                               f"valid names with `{exe} --query-metrics`)")
+    return ProfileResult(command=[str(c) for c in command], ncu=exe, ncu_version=ncu_version(exe), kernels=kernels,
+                         report=None if report is None else rep, missing_metrics=missing, program_output=output)
+
+
+def _import(ncu: str, report: str, page: str) -> str:
+    cmd = [ncu, "-i", report, "--csv", "--print-units", "base", "--page", page]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        raise ProfileError(f"`{' '.join(cmd)}` failed (status {run.returncode}):\n{_tail(run.stdout + run.stderr)}")
+    return run.stdout
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+# ------------------------------------------------------------------------------------------------ ops
+def profile_op(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal: bool = False, metric: str = "ip",
+               config: str | None = None, warmup: int = 3, device: int = 0, **kwargs) -> ProfileResult:
+    """Profile one call of a tunelab op on random inputs (``python -m tunelab.profile_target``: the warm-up calls,
+    which compile and record, are not profiled).
+
+    Args:
+        op: ``"similarity"`` (shape nq,n,d,k), ``"attention"`` (B,H,S,D) or ``"gram"`` (n,dim).
+        dtype: fp16, bf16, fp32 (gram also complex64).
+        causal: attention's causal mask. metric: the search's metric (ip, cosine, l2).
+        config: a config string (``"BLOCK_N=128,..."``) to profile instead of the op's default or tuned config.
+        warmup: unprofiled calls before the profiled one. device: the CUDA device.
+        **kwargs: passed to :func:`profile` (metrics, kernel, report, timeout, clock_control, ...).
+    """
+    from tunelab.profile_target import target_command
+
+    cmd = target_command(op, shape=shape, dtype=dtype, causal=causal, metric=metric, config=config, warmup=warmup,
+                         device=device)
+    return profile(cmd, profile_from_start=False, **kwargs)
+
+
+def main_args(args) -> int:
+    """``tunelab profile``: run the profile the parsed ``args`` describe, print the table (or JSON), write --out."""
+    import json
+
+    from tunelab.jsonfile import write_json
+
+    common = dict(metrics=[m for m in (args.metrics or "").split(",") if m.strip()], kernel=args.kernel,
+                  launch_skip=args.launch_skip, launch_count=args.launch_count, clock_control=args.clock_control,
+                  report=args.report, timeout=args.timeout)
+    if args.op:
+        if args.target:
+            raise ProfileError(f"give either --op or a command after --, not both (command: {args.target})")
+        if not args.shape:
+            raise ProfileError("--op needs --shape: similarity nq,n,d,k (100,50000,768,10), attention B,H,S,D "
+                               "(16,16,512,64), gram n,dim (8192,256)")
+        result = profile_op(args.op, shape=args.shape, dtype=args.dtype, causal=args.causal, metric=args.metric,
+                            config=args.config, **common)
+    else:
+        target = list(args.target or [])
+        if target and target[0] == "--":
+            target = target[1:]
+        if not target:
+            raise ProfileError("nothing to profile: give --op NAME --shape ... or a command after --, e.g. "
+                               "`tunelab profile -- python my_script.py`")
+        result = profile(target, **common)
+    doc = result.to_json()
+    if args.out:
+        from tunelab.env import fingerprint
+
+        doc = {"environment": fingerprint(), **doc}
+        write_json(args.out, doc)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        sys.stdout.write(result.table())
+        if args.out:
+            print(f"written: {args.out}")
+    return 0

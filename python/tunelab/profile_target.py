@@ -1,0 +1,123 @@
+"""The program :func:`tunelab.profile.profile_op` runs under Nsight Compute: one call of a tunelab op on random
+inputs, between ``cudaProfilerStart`` and ``cudaProfilerStop``, after ``warmup`` calls outside that range (they
+compile the kernels, fill the caches of the op's host path and record its CUDA graph, so the profiled call is the
+call a loop of calls makes).
+
+    python -m tunelab.profile_target similarity --shape 100,50000,768,10 --dtype fp16 [--metric ip] [--config S]
+    python -m tunelab.profile_target attention --shape 16,16,512,64 [--causal]
+    python -m tunelab.profile_target gram --shape 8192,256 --dtype complex64
+
+Inputs are drawn from a fixed seed (standard normal), as the benchmarks draw them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from tunelab import dtypes as _dtypes
+from tunelab.errors import InputError
+
+#: op -> (its shape's dimensions, the dtypes it takes (torch names), the shape of ANCHORS.md's seed workload)
+OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]] = {
+    "similarity": (("nq", "n", "d", "k"), ("float16", "bfloat16", "float32"), (100, 50000, 768, 10)),
+    "attention": (("B", "H", "S", "D"), ("float16", "bfloat16"), (16, 16, 512, 64)),
+    "gram": (("n", "dim"), ("float16", "bfloat16", "float32", "complex64"), (8192, 256)),
+}
+METRICS = ("ip", "cosine", "l2")
+
+
+def check(op: str, shape: Sequence[int], dtype: str, metric: str = "ip") -> tuple[tuple[int, ...], str]:
+    """``(shape, torch dtype name)`` when ``op`` takes them; InputError naming the value and what is accepted."""
+    if op not in OPS:
+        raise InputError(f"op {op!r} cannot be profiled; the ops are {list(OPS)}")
+    dims, accepted, example = OPS[op]
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != len(dims) or any(s < 1 for s in shape):
+        raise InputError(f"{op} shape {list(shape)} must be {len(dims)} positive integers "
+                         f"{','.join(dims)}, e.g. {','.join(map(str, example))}")
+    if op == "similarity" and shape[3] > shape[1]:
+        raise InputError(f"similarity shape {list(shape)}: k={shape[3]} is larger than n={shape[1]}")
+    if metric not in METRICS:
+        raise InputError(f"metric {metric!r} is not accepted; use one of {list(METRICS)}")
+    return shape, _dtypes.canonical(dtype, accepted, f"the {op} op")
+
+
+def target_command(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal: bool = False, metric: str = "ip",
+                   config: str | None = None, warmup: int = 3, device: int = 0) -> list[str]:
+    """The command line of this module for one op call (checked here, before ncu starts)."""
+    shape, _ = check(op, shape, dtype, metric)
+    if int(warmup) < 0:
+        raise InputError(f"warmup={warmup} must be >= 0")
+    cmd = [sys.executable, "-m", "tunelab.profile_target", op, "--shape", ",".join(map(str, shape)), "--dtype",
+           str(dtype), "--metric", metric, "--warmup", str(int(warmup)), "--device", str(int(device))]
+    if causal:
+        cmd.append("--causal")
+    if config:
+        cmd += ["--config", config]
+    return cmd
+
+
+def make_call(op: str, shape: Sequence[int], dtype: str, *, causal: bool = False, metric: str = "ip",
+              config: str | None = None, device: int = 0, seed: int = 0) -> Callable[[], object]:
+    """A function that calls ``op`` once on random inputs made here (on ``device``)."""
+    import torch
+
+    import tunelab.ops
+    from tunelab.ops.config import from_string
+
+    shape, name = check(op, shape, dtype, metric)
+    cfg = from_string(config) if config else None
+    dev = torch.device("cuda", device)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    dt = getattr(torch, name)
+
+    def randn(*size):
+        return torch.randn(*size, device=dev, dtype=dt, generator=gen)
+
+    if op == "similarity":
+        nq, n, d, k = shape
+        q, c = randn(nq, d), randn(n, d)
+        return lambda: tunelab.ops.similarity_search(q, c, k, metric=metric, config=cfg)
+    if op == "attention":
+        b, h, s, d = shape
+        q, k_, v = randn(b, h, s, d), randn(b, h, s, d), randn(b, h, s, d)
+        return lambda: tunelab.ops.attention(q, k_, v, causal=causal, config=cfg)
+    n, dim = shape
+    x = randn(n, dim)
+    return lambda: tunelab.ops.gram(x, config=cfg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``warmup`` calls, then one call between cudaProfilerStart and cudaProfilerStop."""
+    import torch
+
+    p = argparse.ArgumentParser(prog="python -m tunelab.profile_target", description=__doc__.split("\n\n")[0])
+    p.add_argument("op", choices=list(OPS))
+    p.add_argument("--shape", required=True, help="comma-separated dimensions (see tunelab.profile_target.OPS)")
+    p.add_argument("--dtype", default="fp16")
+    p.add_argument("--metric", default="ip", choices=list(METRICS))
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--config")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--device", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        shape = [int(s) for s in args.shape.replace("x", ",").split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--shape {args.shape!r} is not a comma-separated list of integers")
+    torch.cuda.set_device(args.device)
+    call = make_call(args.op, shape, args.dtype, causal=args.causal, metric=args.metric, config=args.config,
+                     device=args.device)
+    for _ in range(args.warmup):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

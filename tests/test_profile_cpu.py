@@ -1,0 +1,236 @@
+"""tunelab.profile without a GPU: ncu's CSV as an H200 printed it (tests/data/ncu: `tunelab profile --op similarity
+--shape 100,50000,768,10 --report sim`, then `ncu -i sim.ncu-rep --csv --page raw` and `--page details`; ncu
+2025.3.1, units as ncu scales them), and the whole run against a stand-in ncu that records its command line, runs
+the program and hands back that report."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tunelab import profile as P
+from tunelab.errors import InputError
+
+DATA = Path(__file__).parent / "data" / "ncu"
+RAW = DATA / "similarity_100x50000x768x10_raw.csv"
+DETAILS = DATA / "similarity_100x50000x768x10_details.csv"
+
+
+def test_the_h200_report_parses_into_the_search_and_its_select():
+    kernels = P.parse_raw_csv(RAW.read_text())
+    assert [k.short_name for k in kernels] == ["similarity_topk", "similarity_select"]
+    search, select = kernels
+    assert search.grid == (1, 131, 1) and search.block == (384, 1, 1)
+    # values in base units whatever ncu printed: 26.272 us, 76.990976 Mbyte, 118.864 Kbyte/block
+    assert search.metrics[P.DURATION] == pytest.approx(26272) and search.units[P.DURATION] == "ns"
+    assert search.duration_us == pytest.approx(26.272)
+    assert search.value(P.DRAM_READ) == pytest.approx(76_990_976) and search.units[P.DRAM_READ] == "byte"
+    assert search.value("launch__shared_mem_per_block_dynamic") == pytest.approx(118_864)
+    assert search.value("launch__registers_per_thread") == 168
+    # the search streams its 76.8 MB corpus: memory-bound, on L2's fabric (82%) more than DRAM (64%)
+    assert search.bound() == "memory: L2 82% of peak"
+    assert search.occupancy_limit() == "registers, shared memory (1 block/SM)"
+    assert search.stalls()[0][0] == "long_scoreboard" and len(search.stalls(5)) == 5
+    assert select.bound().startswith("latency (busiest: L2 40%")
+    s = search.summary()
+    assert s["dram_bytes"] == pytest.approx(76_990_976 + 3_528_448) and s["kernel"] == "similarity_topk"
+    json.dumps([k.to_json() for k in kernels])  # JSON-ready
+
+
+def test_rules_and_table():
+    rules = P.parse_rules_csv(DETAILS.read_text())
+    assert set(rules) == {0, 1}
+    occupancy = [r for r in rules[0] if r["rule"] == "TheoreticalOccupancy"]
+    assert occupancy and occupancy[0]["estimated_speedup_pct"] == pytest.approx(81.25) and occupancy[0]["text"]
+    result = P.ProfileResult(command=["python", "x.py"], ncu="ncu", ncu_version="Version 2025.3.1.0",
+                             kernels=P.parse_raw_csv(RAW.read_text()), missing_metrics=["a__b.sum"], report="r.ncu-rep")
+    text = result.table()
+    for want in ("similarity_topk", "similarity_select", "26.3", "memory: L2 82% of peak", "a__b.sum", "r.ncu-rep"):
+        assert want in text, want
+    assert [k.id for k in result.find(r"select")] == [1]
+
+
+@pytest.mark.parametrize("cell, value", [("28,416", 28416), ("3,192,651,238.33", 3192651238.33), ("63.90", 63.9),
+                                         ("(384, 1, 1)", (384, 1, 1)), ("", None), ("PolicySpread", "PolicySpread"),
+                                         ("-2", -2)])
+def test_cells(cell, value):
+    assert P.parse_number(cell) == value
+
+
+def test_units_and_names():
+    assert P.base_unit("us") == ("ns", 1e3) and P.base_unit("msecond") == ("ns", 1e6)
+    assert P.base_unit("Gbyte") == ("byte", 1e9) and P.base_unit("Kbyte/block") == ("byte/block", 1e3)
+    assert P.base_unit("Ghz") == ("hz", 1e9) and P.base_unit("%/Kbyte") == ("%/Kbyte", 1.0)
+    assert P.base_unit("cycle") == ("cycle", 1.0)
+    assert P.short_kernel_name("void tunelab::similarity_topk<tunelab::T<0, 1>>(tunelab::SearchParams)") == \
+        "similarity_topk"
+    assert P.short_kernel_name("void at::native::(anonymous namespace)::f<int>(int)") == "f"
+    assert P.short_kernel_name("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT") == \
+        "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT"
+
+
+def test_base_units_print_the_same_values():
+    """ncu's --print-units base form of the same report gives the same values."""
+    text = RAW.read_text()
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith('"ID"'))
+    rows = P._csv_rows(text)
+    header, units = rows[0], rows[1]
+    i, j = header.index(P.DURATION), header.index(P.DRAM_READ)
+    units[i], units[j] = "nsecond", "byte"
+    for r in rows[2:]:
+        r[i] = f"{float(r[i]) * 1e3:,.0f}"
+        r[j] = f"{float(r[j]) * 1e6:,.0f}"
+    out = "\n".join(lines[:start] + [",".join(f'"{c}"' for c in r) for r in rows])
+    a, b = P.parse_raw_csv(text), P.parse_raw_csv(out)
+    for x, y in zip(a, b):
+        assert y.metrics[P.DURATION] == pytest.approx(x.metrics[P.DURATION])
+        assert y.metrics[P.DRAM_READ] == pytest.approx(x.metrics[P.DRAM_READ], rel=1e-6)
+
+
+FAKE_NCU = '''\
+#!{python}
+"""Stand-in for ncu: --version; -i REPORT --csv ... --page raw|details prints the recorded CSV; else records its
+argv, runs the program after its options and writes REPORT.ncu-rep (unless FAKE_NCU_NO_REPORT)."""
+import json, os, shutil, subprocess, sys
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1) (public-release)")
+    sys.exit(0)
+if args[0] == "-i":
+    page = args[args.index("--page") + 1]
+    sys.stdout.write(open(os.environ["FAKE_NCU_" + page.upper()]).read())
+    sys.exit(0)
+with open(os.environ["FAKE_NCU_LOG"], "a") as f:
+    f.write(json.dumps(args) + "\\n")
+valued = {{"--clock-control", "--cache-control", "-o", "--section", "--metrics", "-k", "--launch-skip",
+          "--launch-count", "--profile-from-start"}}
+i = 0
+while i < len(args) and args[i].startswith("-"):
+    i += 2 if args[i] in valued else 1
+sys.stdout.write(os.environ.get("FAKE_NCU_SAYS", ""))
+rc = 0 if os.environ.get("FAKE_NCU_SKIP_PROGRAM") else subprocess.run(args[i:]).returncode
+if rc == 0 and not os.environ.get("FAKE_NCU_NO_REPORT"):
+    open(args[args.index("-o") + 1] + ".ncu-rep", "w").write("report")
+sys.exit(rc)
+'''
+
+
+@pytest.fixture
+def fake_ncu(tmp_path, monkeypatch):
+    exe = tmp_path / "ncu"
+    exe.write_text(FAKE_NCU.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    log = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("TUNELAB_NCU", str(exe))
+    monkeypatch.setenv("FAKE_NCU_LOG", str(log))
+    monkeypatch.setenv("FAKE_NCU_RAW", str(RAW))
+    monkeypatch.setenv("FAKE_NCU_DETAILS", str(DETAILS))
+    for var in ("FAKE_NCU_NO_REPORT", "FAKE_NCU_SAYS", "FAKE_NCU_SKIP_PROGRAM"):
+        monkeypatch.delenv(var, raising=False)
+    return lambda: [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_profile_runs_the_program_under_ncu_and_reads_its_report(fake_ncu, tmp_path):
+    marker = tmp_path / "ran"
+    prog = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"]
+    result = P.profile(prog, kernel="topk", launch_skip=2, launch_count=3, report=tmp_path / "keep" / "sim.ncu-rep")
+    argv = fake_ncu()[-1]
+    assert marker.exists() and argv[-3:] == prog
+    assert argv[argv.index("--clock-control") + 1] == "none" and argv[argv.index("--cache-control") + 1] == "all"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--section"] == list(P.SECTIONS)
+    assert argv[argv.index("--metrics") + 1].split(",") == list(P.DEFAULT_METRICS)
+    assert argv[argv.index("-k") + 1] == "regex:topk" and argv[argv.index("--launch-skip") + 1] == "2"
+    assert argv[argv.index("--launch-count") + 1] == "3" and "--profile-from-start" not in argv
+    assert result.report == str(tmp_path / "keep" / "sim.ncu-rep") and Path(result.report).is_file()
+    assert [k.short_name for k in result.kernels] == ["similarity_topk", "similarity_select"]
+    assert result.kernels[0].rules and result.missing_metrics == [] and result.ncu_version.startswith("Version")
+    # without a report path the report goes to a temporary folder, removed
+    assert P.profile(prog).report is None
+
+
+def test_profile_errors_name_the_cause(fake_ncu, tmp_path, monkeypatch):
+    with pytest.raises(P.ProfileError, match=r"status 3 .*\n.*boom"):
+        P.profile([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"])
+    monkeypatch.setenv("FAKE_NCU_SAYS", "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission\n")
+    with pytest.raises(P.ProfileError, match="NVreg_RestrictProfilingToAdminUsers=0"):
+        P.profile([sys.executable, "-c", "pass"])
+    monkeypatch.setenv("FAKE_NCU_SAYS", "==WARNING== No kernels were profiled.\nAvailable Kernels:\n1. nvjet_x\n")
+    monkeypatch.setenv("FAKE_NCU_NO_REPORT", "1")
+    with pytest.raises(P.ProfileError, match=r"profiled no kernel .*'gemm'(.|\n)*nvjet_x"):
+        P.profile([sys.executable, "-c", "pass"], kernel="gemm")
+    monkeypatch.delenv("FAKE_NCU_NO_REPORT")
+    monkeypatch.delenv("FAKE_NCU_SAYS")
+    with pytest.raises(P.ProfileError, match=r"did not collect \['l1tex__t_bytes_typo.sum'\].*--query-metrics"):
+        P.profile([sys.executable, "-c", "pass"], metrics=["l1tex__t_bytes_typo.sum"])
+    with pytest.raises(P.ProfileError, match="did not finish in 1.0 s"):
+        P.profile([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1.0)
+    with pytest.raises(P.ProfileError, match="clock_control='fast'; accepted: \\('none', 'base'\\)"):
+        P.profile([sys.executable, "-c", "pass"], clock_control="fast")
+    with pytest.raises(P.ProfileError, match="launch_count=0"):
+        P.profile([sys.executable, "-c", "pass"], launch_count=0)
+    with pytest.raises(P.ProfileError, match="no command"):
+        P.profile([])
+
+
+def test_find_ncu(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNELAB_NCU", str(tmp_path / "nope"))
+    with pytest.raises(P.ProfileError, match="TUNELAB_NCU=.*nope is not an executable"):
+        P.find_ncu()
+    monkeypatch.delenv("TUNELAB_NCU")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    if Path("/usr/local/cuda/bin/ncu").exists() or list(Path("/opt/nvidia/nsight-compute").glob("*/ncu")):
+        pytest.skip("this machine has ncu in a standard place")
+    with pytest.raises(P.ProfileError, match=r"not found \(looked at: ncu on PATH, .*cuda/bin/ncu.*TUNELAB_NCU="):
+        P.find_ncu()
+    exe = tmp_path / "cuda" / "bin" / "ncu"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert P.find_ncu() == str(exe)
+
+
+def test_the_command_line_profiles_an_op_in_a_child(fake_ncu, tmp_path, monkeypatch, capsys):
+    from tunelab.cli import main
+
+    monkeypatch.setenv("FAKE_NCU_SKIP_PROGRAM", "1")  # the child needs a GPU; the stand-in only records it
+    out = tmp_path / "p.json"
+    assert main(["profile", "--op", "similarity", "--shape", "100,50000,768,10", "--metric", "l2", "--config",
+                 "MERGE=5", "--out", str(out)]) == 0
+    argv = fake_ncu()[-1]
+    child = argv[argv.index("-m") - 1:]
+    assert child[1:] == ["-m", "tunelab.profile_target", "similarity", "--shape", "100,50000,768,10", "--dtype", "fp16",
+                         "--metric", "l2", "--warmup", "3", "--device", "0", "--config", "MERGE=5"]
+    assert argv[argv.index("--profile-from-start") + 1] == "off"
+    doc = json.loads(out.read_text())
+    assert doc["environment"]["tunelab_version"] and len(doc["kernels"]) == 2
+    assert "similarity_topk" in capsys.readouterr().out
+    assert main(["profile", "--json", "--", sys.executable, "-c", "pass"]) == 0
+    assert json.loads(capsys.readouterr().out)["command"] == [sys.executable, "-c", "pass"]
+    for bad, message in ((["profile"], "nothing to profile"), (["profile", "--op", "gram"], "--op needs --shape"),
+                         (["profile", "--op", "gram", "--shape", "10,4", "--dtype", "int8"], "int8"),
+                         (["profile", "--op", "attention", "--shape", "1,2,3"], "4 positive integers B,H,S,D")):
+        assert main(bad) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_target_checks_before_ncu_starts():
+    from tunelab.profile_target import check, target_command
+
+    assert check("gram", [64, 8], "c64") == ((64, 8), "complex64")
+    with pytest.raises(InputError, match=r"op 'conv' cannot be profiled; the ops are \['similarity'"):
+        check("conv", [1], "fp16")
+    with pytest.raises(InputError, match="k=20 is larger than n=10"):
+        check("similarity", [1, 10, 8, 20], "fp16")
+    with pytest.raises(InputError, match="dtype 'fp32' is not supported by the attention op; use fp16, bf16"):
+        check("attention", [1, 1, 8, 64], "fp32")
+    with pytest.raises(InputError, match=r"metric 'dot'.*\['ip', 'cosine', 'l2'\]"):
+        check("similarity", [1, 10, 8, 2], "fp16", metric="dot")
+    cmd = target_command("attention", shape=(1, 2, 128, 64), causal=True)
+    assert cmd[1:4] == ["-m", "tunelab.profile_target", "attention"] and cmd[-1] == "--causal"
