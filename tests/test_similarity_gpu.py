@@ -702,13 +702,25 @@ def test_repeated_calls_reuse_scratch_and_replay_one_graph(dense):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert workspace.held_bytes() == held  # the same buffers, not new ones
     entries = list(sim._SEARCH_LAUNCHES.values())
-    assert any(e.graph is not None for e in entries), [(e.uses, e.replays) for e in entries]
-    replays = sum(e.replays for e in entries)
+    assert any(e.graph is not None for e in entries), [e.uses for e in entries]
+    replays = []
+
+    class Counted:  # the recorded graphs, counting their replays
+        def __init__(self, graph):
+            self.graph = graph
+
+        def __call__(self, stream):
+            replays.append(stream)
+            self.graph(stream)
+
+    for e in entries:
+        if e.graph is not None:
+            e.graph = Counted(e.graph)
     rolled = torch.roll(c, 333, 0)
     c.copy_(rolled)  # same pointers: the recorded graph, reading the new rows
     got = None
     got = sim.similarity_search(q, c, 10, config=config)
-    assert sum(e.replays for e in sim._SEARCH_LAUNCHES.values()) == replays + 1  # served by a graph
+    assert len(replays) == 1  # served by a graph
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], (want[1] + 333) % c.shape[0])
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -1109,19 +1109,17 @@ class _Launches:
     use outside the capture does). Once a recording has failed (an old driver), no other is tried in this process: the
     launches are made one by one, with one warning."""
 
-    __slots__ = ("launches", "graph", "uses", "replays")
+    __slots__ = ("launches", "graph", "uses")
 
     def __init__(self, launches: tuple):
         self.launches = launches
         self.graph = None
         self.uses = 0  # calls made launch by launch
-        self.replays = 0  # calls made by the graph
 
     def __call__(self, stream: int) -> None:
         graph = self.graph
         if graph is not None:
             graph(stream)
-            self.replays += 1
             return
         for launch in self.launches:
             launch(stream)  # (makes the launches' context current: the capture check asks in it)
