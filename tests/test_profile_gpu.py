@@ -60,4 +60,6 @@ def test_profile_a_program_and_the_command_line(ncu, tmp_path):
     out = tmp_path / "gram.json"
     assert main(["profile", "--op", "gram", "--shape", "2048,128", "--dtype", "complex64", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["environment"]["gpu"]["name"] and doc["kernels"][0]["summary"]["kernel"] == "similarity_gram"
+    kernels = [k["summary"]["kernel"] for k in doc["kernels"]]
+    # torch's zero fill of the output (the triangle the kernel does not write), then the Gram kernel
+    assert doc["environment"]["gpu"]["name"] and kernels[-1] == "similarity_gram", kernels
