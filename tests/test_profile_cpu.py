@@ -234,3 +234,25 @@ def test_target_checks_before_ncu_starts():
         check("similarity", [1, 10, 8, 2], "fp16", metric="dot")
     cmd = target_command("attention", shape=(1, 2, 128, 64), causal=True)
     assert cmd[1:4] == ["-m", "tunelab.profile_target", "attention"] and cmd[-1] == "--causal"
+
+
+def test_readme_profile_figures_are_those_of_the_results():
+    """The README's paragraph on `benchmarks/profile_ops.sh` quotes the result files it names, at their commit."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    docs = {op: json.loads((root / "benchmarks" / "results" / f"profile_{op}_h200.json").read_text())
+            for op in ("similarity_100x50000x768x10", "attention_16x16x512x64", "gram_8192x256")}
+    commits = {d["environment"]["git_commit"][:7] for d in docs.values()}
+    assert len(commits) == 1 and f"`bash benchmarks/profile_ops.sh _h200` at {commits.pop()}" in readme
+    search, select = (k["summary"] for k in docs["similarity_100x50000x768x10"]["kernels"])
+    attention = docs["attention_16x16x512x64"]["kernels"][0]["summary"]
+    fill, gram = (k["summary"] for k in docs["gram_8192x256"]["kernels"])
+    quoted = [f"{search['duration_us']:.1f} µs", f"({search['l2_pct']:.0f}% of peak, DRAM {search['dram_pct']:.0f}%,",
+              f"{search['dram_bytes'] / 1e6:.1f} MB", f"{select['duration_us']:.1f} µs",
+              f"(L2 {select['l2_pct']:.0f}%)", f"{attention['duration_us']:.1f} µs",
+              f"(SM {attention['sm_pct']:.0f}%), {attention['registers']:.0f} registers",
+              f"{fill['duration_us']:.1f} µs", f"{gram['duration_us']:.1f} µs at {gram['sm_pct']:.0f}%"]
+    flat = " ".join(readme.split())
+    for q in quoted:
+        assert q in flat, q
+    assert search["bound"] == "memory: L2 82% of peak" and select["bound"].startswith("latency")
