@@ -115,6 +115,9 @@ while i < len(args) and args[i].startswith("-"):
     i += 2 if args[i] in valued else 1
 sys.stdout.write(os.environ.get("FAKE_NCU_SAYS", ""))
 rc = 0 if os.environ.get("FAKE_NCU_SKIP_PROGRAM") else subprocess.run(args[i:]).returncode
+if rc:
+    print(f"==ERROR== The application returned an error code ({{rc}}).")
+rc = int(os.environ.get("FAKE_NCU_RC", rc))
 if rc == 0 and not os.environ.get("FAKE_NCU_NO_REPORT"):
     open(args[args.index("-o") + 1] + ".ncu-rep", "w").write("report")
 sys.exit(rc)
@@ -131,7 +134,7 @@ def fake_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_LOG", str(log))
     monkeypatch.setenv("FAKE_NCU_RAW", str(RAW))
     monkeypatch.setenv("FAKE_NCU_DETAILS", str(DETAILS))
-    for var in ("FAKE_NCU_NO_REPORT", "FAKE_NCU_SAYS", "FAKE_NCU_SKIP_PROGRAM"):
+    for var in ("FAKE_NCU_NO_REPORT", "FAKE_NCU_SAYS", "FAKE_NCU_SKIP_PROGRAM", "FAKE_NCU_RC"):
         monkeypatch.delenv(var, raising=False)
     return lambda: [json.loads(line) for line in log.read_text().splitlines()]
 
@@ -155,8 +158,13 @@ def test_profile_runs_the_program_under_ncu_and_reads_its_report(fake_ncu, tmp_p
 
 
 def test_profile_errors_name_the_cause(fake_ncu, tmp_path, monkeypatch):
-    with pytest.raises(P.ProfileError, match=r"status 3 .*\n.*boom"):
+    with pytest.raises(P.ProfileError, match=r"the profiled program exited with status 3 (.|\n)*boom"):
         P.profile([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"])
+    monkeypatch.setenv("FAKE_NCU_RC", "1")
+    monkeypatch.setenv("FAKE_NCU_SAYS", "==ERROR== unrecognised option '--bogus'\n")
+    with pytest.raises(P.ProfileError, match=r"^ncu exited with status 1 (.|\n)*--bogus"):
+        P.profile([sys.executable, "-c", "pass"])
+    monkeypatch.delenv("FAKE_NCU_RC")
     monkeypatch.setenv("FAKE_NCU_SAYS", "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission\n")
     with pytest.raises(P.ProfileError, match="NVreg_RestrictProfilingToAdminUsers=0"):
         P.profile([sys.executable, "-c", "pass"])

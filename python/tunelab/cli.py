@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one call of a tunelab op (--op) or any program (after --) under ncu; print one row per "
                     "kernel (time under ncu, SM / DRAM / L2 %% of peak, occupancy, what bounds it, top stalls). "
                     "Examples: tunelab profile --op similarity --shape 100,50000,768,10; "
-                    "tunelab profile --kernel gemm -- python my_script.py")
+                    "tunelab profile --kernel nvjet -- python my_script.py")
     p.add_argument("--op", choices=["similarity", "attention", "gram"], help="profile one call of this op")
     p.add_argument("--shape", type=_int_list, help="the op's shape: similarity nq,n,d,k; attention B,H,S,D; gram n,dim")
     p.add_argument("--dtype", default="fp16", help="the op's element type (default fp16)")

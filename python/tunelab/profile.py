@@ -468,8 +468,9 @@ def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str 
                 raise ProfileError(f"ncu could not read the counters ({marker}): {advice}")
         rep = base + ".ncu-rep"
         if run.returncode != 0:
-            raise ProfileError(f"the profiled program exited with status {run.returncode} under ncu "
-                               f"({' '.join(cmd)}); the end of its output:\n{_tail(output)}")
+            who = "the profiled program" if "returned an error code" in output else "ncu"
+            raise ProfileError(f"{who} exited with status {run.returncode} ({' '.join(cmd)}); the end of the "
+                               f"output:\n{_tail(output)}")
         if not Path(rep).is_file():
             raise ProfileError("ncu profiled no kernel (no report was written): check the kernel filter "
                                f"({kernel!r}), launch_skip / launch_count and, with profile_from_start=False, that "
