@@ -36,6 +36,9 @@ def test_the_h200_report_parses_into_the_search_and_its_select():
     assert search.bound() == "memory: L2 82% of peak"
     assert search.occupancy_limit() == "registers, shared memory (1 block/SM)"
     assert search.stalls()[0][0] == "long_scoreboard" and len(search.stalls(5)) == 5
+    # 'selected' (the issuing cycle, ~1 by definition) is in ncu's list but is no stall
+    assert any(m.endswith("_stalled_selected_per_issue_active.ratio") for m in search.metrics)
+    assert "selected" not in dict(search.stalls(30))
     assert select.bound().startswith("latency (busiest: L2 40%")
     s = search.summary()
     assert s["dram_bytes"] == pytest.approx(76_990_976 + 3_528_448) and s["kernel"] == "similarity_topk"
@@ -103,6 +106,8 @@ if args == ["--version"]:
     print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1) (public-release)")
     sys.exit(0)
 if args[0] == "-i":
+    if args[args.index("--print-units") + 1] != "base":  # tunelab reads values in base units
+        sys.exit("==ERROR== the stand-in wants --print-units base")
     page = args[args.index("--page") + 1]
     sys.stdout.write(open(os.environ["FAKE_NCU_" + page.upper()]).read())
     sys.exit(0)
@@ -112,6 +117,9 @@ valued = {{"--clock-control", "--cache-control", "-o", "--section", "--metrics",
           "--launch-count", "--profile-from-start"}}
 i = 0
 while i < len(args) and args[i].startswith("-"):
+    if args[i] not in valued and args[i] != "-f":
+        print(f"==ERROR== unrecognised option '{{args[i]}}'")
+        sys.exit(1)
     i += 2 if args[i] in valued else 1
 sys.stdout.write(os.environ.get("FAKE_NCU_SAYS", ""))
 rc = 0 if os.environ.get("FAKE_NCU_SKIP_PROGRAM") else subprocess.run(args[i:]).returncode
@@ -170,7 +178,7 @@ def test_profile_errors_name_the_cause(fake_ncu, tmp_path, monkeypatch):
         P.profile([sys.executable, "-c", "pass"])
     monkeypatch.setenv("FAKE_NCU_SAYS", "==WARNING== No kernels were profiled.\nAvailable Kernels:\n1. nvjet_x\n")
     monkeypatch.setenv("FAKE_NCU_NO_REPORT", "1")
-    with pytest.raises(P.ProfileError, match=r"profiled no kernel .*'gemm'(.|\n)*nvjet_x"):
+    with pytest.raises(P.ProfileError, match=r"profiled no kernel: check the kernel filter \('gemm'(.|\n)*nvjet_x"):
         P.profile([sys.executable, "-c", "pass"], kernel="gemm")
     monkeypatch.delenv("FAKE_NCU_NO_REPORT")
     monkeypatch.delenv("FAKE_NCU_SAYS")
@@ -193,6 +201,7 @@ def test_find_ncu(tmp_path, monkeypatch):
     monkeypatch.delenv("TUNELAB_NCU")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
     if Path("/usr/local/cuda/bin/ncu").exists() or list(Path("/opt/nvidia/nsight-compute").glob("*/ncu")):
         pytest.skip("this machine has ncu in a standard place")
     with pytest.raises(P.ProfileError, match=r"not found \(looked at: ncu on PATH, .*cuda/bin/ncu.*TUNELAB_NCU="):
@@ -264,3 +273,47 @@ def test_readme_profile_figures_are_those_of_the_results():
     for q in quoted:
         assert q in flat, q
     assert search["bound"] == "memory: L2 82% of peak" and select["bound"].startswith("latency")
+
+
+def test_runs_replace_old_reports_stop_on_time_and_take_metric_forms(fake_ncu, tmp_path, monkeypatch):
+    """A report left by an earlier run is never read as this run's; a timeout stops the program too; base names,
+    ncu's regex: form and stray spaces in metric names are accepted; ``env`` adds to the environment."""
+    rep = tmp_path / "r.ncu-rep"
+    assert len(P.profile([sys.executable, "-c", "pass"], report=rep).kernels) == 2
+    monkeypatch.setenv("FAKE_NCU_NO_REPORT", "1")
+    with pytest.raises(P.ProfileError, match="profiled no kernel"):
+        P.profile([sys.executable, "-c", "pass"], report=rep)
+    monkeypatch.delenv("FAKE_NCU_NO_REPORT")
+    monkeypatch.setenv("FAKE_NCU_SAYS", "==WARNING== No kernels were profiled.\n")
+    with pytest.raises(P.ProfileError, match="profiled no kernel"):
+        P.profile([sys.executable, "-c", "pass"], report=rep)
+    monkeypatch.delenv("FAKE_NCU_SAYS")
+    late = tmp_path / "late"
+    with pytest.raises(P.ProfileError, match="did not finish in 1.0 s and was stopped"):
+        P.profile([sys.executable, "-c", f"import time; time.sleep(3); open({str(late)!r}, 'w')"], timeout=1.0)
+    import time
+
+    time.sleep(3.5)
+    assert not late.exists(), "the program outlived the timeout"
+    seen = tmp_path / "env"
+    result = P.profile([sys.executable, "-c", f"import os; open({str(seen)!r}, 'w').write(os.environ['FOO'] + "
+                        f"str(bool(os.environ.get('PATH'))))"],
+                       metrics=["dram__bytes_read", "regex:smsp__.*", " sm__throughput.avg.pct_of_peak_sustained_elapsed "],
+                       env={"FOO": "bar"})
+    assert seen.read_text() == "barTrue" and result.missing_metrics == []
+    argv = fake_ncu()[-1]
+    assert "regex:smsp__.*" in argv[argv.index("--metrics") + 1].split(",")
+    with pytest.raises(P.ProfileError, match="profile_from_start cannot be set"):
+        P.profile_op("similarity", shape=(1, 10, 8, 2), profile_from_start=True)
+    with pytest.raises(P.ProfileError, match=r"launch_skip=-1 must be >= 0"):
+        P.profile([sys.executable, "-c", "pass"], launch_skip=-1)
+
+
+def test_the_command_line_shows_the_program_and_keeps_op_flags_for_ops(fake_ncu, capsys):
+    from tunelab.cli import main
+
+    assert main(["profile", "--", sys.executable, "-c", "print('hello from the program')"]) == 0
+    io = capsys.readouterr()
+    assert "hello from the program" in io.err and "similarity_topk" in io.out
+    assert main(["profile", "--dtype", "bf16", "--shape", "1,2", "--", sys.executable, "-c", "pass"]) == 2
+    assert "--shape, --dtype describe an op's call" in capsys.readouterr().err

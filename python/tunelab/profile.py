@@ -30,6 +30,7 @@ import io
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -155,11 +156,12 @@ class KernelProfile:
         return None if ns is None else ns / 1e3
 
     def stalls(self, top: int = 3) -> list[tuple[str, float]]:
-        """The ``top`` warp stall reasons with the most cycles per issued instruction, largest first."""
+        """The ``top`` warp stall reasons with the most cycles per issued instruction, largest first. ``selected``
+        (the cycle a warp issues: about 1 by definition) is not a stall and is left out."""
         found = []
         for name, v in self.metrics.items():
             m = _STALL.match(name)
-            if m and isinstance(v, (int, float)) and v > 0:
+            if m and m.group("reason") != "selected" and isinstance(v, (int, float)) and v > 0:
                 found.append((m.group("reason"), float(v)))
         return sorted(found, key=lambda x: -x[1])[:top]
 
@@ -383,7 +385,8 @@ def ncu_command(command: Sequence[str], report: str, *, ncu: str, metrics: Itera
                 sections: Iterable[str] = SECTIONS) -> list[str]:
     """The ncu command line that profiles ``command`` into the report ``report`` (a path without ``.ncu-rep``).
 
-    ``kernel``: a regular expression on the kernel's function name (ncu ``-k regex:``); ``launch_skip`` /
+    ``kernel``: a regular expression on the kernel's function name (ncu ``-k regex:``, matched against the name
+    without namespaces, template arguments or parameters); ``launch_skip`` /
     ``launch_count``: of the matching launches, skip the first ones / profile at most this many;
     ``profile_from_start=False``: profile only between ``cudaProfilerStart`` and ``cudaProfilerStop``
     (``torch.cuda.profiler.start()`` / ``stop()``)."""
@@ -391,8 +394,10 @@ def ncu_command(command: Sequence[str], report: str, *, ncu: str, metrics: Itera
         raise ProfileError(f"clock_control={clock_control!r}; accepted: {CLOCK_CONTROLS}")
     if cache_control not in CACHE_CONTROLS:
         raise ProfileError(f"cache_control={cache_control!r}; accepted: {CACHE_CONTROLS}")
-    if int(launch_skip) < 0 or (launch_count is not None and int(launch_count) < 1):
-        raise ProfileError(f"launch_skip={launch_skip} must be >= 0 and launch_count={launch_count} >= 1")
+    if int(launch_skip) < 0:
+        raise ProfileError(f"launch_skip={launch_skip} must be >= 0 (launches to skip before profiling)")
+    if launch_count is not None and int(launch_count) < 1:
+        raise ProfileError(f"launch_count={launch_count} must be >= 1 (launches to profile), or None for all")
     if not command:
         raise ProfileError("no command to profile; give the program and its arguments, e.g. ['python', 'x.py']")
     cmd = [ncu, "--clock-control", clock_control, "--cache-control", cache_control, "-f", "-o", report]
@@ -425,65 +430,69 @@ _COUNTER_ERRORS = (
 def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str | None = None, launch_skip: int = 0,
             launch_count: int | None = None, profile_from_start: bool = True, clock_control: str = "none",
             cache_control: str = "all", report: str | os.PathLike | None = None, timeout: float | None = None,
-            env: Mapping[str, str] | None = None, ncu: str | os.PathLike | None = None) -> ProfileResult:
+            env: Mapping[str, str] | None = None, ncu: str | os.PathLike | None = None,
+            echo: bool = False) -> ProfileResult:
     """Run ``command`` (a program and its arguments) under Nsight Compute and return its kernels' counters.
 
     Args:
         command: the program to run, e.g. ``[sys.executable, "script.py"]``.
-        metrics: ncu metric names to collect besides :data:`SECTIONS` and :data:`DEFAULT_METRICS`; any of these
-            that ncu does not collect raises ProfileError (a misspelt name would otherwise vanish silently).
-        kernel: regular expression on kernel names; only matching kernels are profiled.
+        metrics: ncu metric names to collect besides :data:`SECTIONS` and :data:`DEFAULT_METRICS` (a name with a
+            rollup such as ``dram__bytes.sum``, a base name such as ``dram__bytes``, or ncu's ``regex:`` /
+            ``group:`` / ``breakdown:`` forms); a plain name of which ncu collected nothing raises ProfileError (ncu
+            itself drops an unknown name without a word).
+        kernel: regular expression on the kernel's function name, as :attr:`KernelProfile.short_name` gives it
+            (ncu matches its function name, without namespaces, template arguments or parameters); only matching
+            kernels are profiled. (:meth:`ProfileResult.find` searches the whole demangled name.)
         launch_skip, launch_count: skip the first matching launches; profile at most this many.
         profile_from_start: False: profile only inside ``cudaProfilerStart`` / ``Stop`` ranges.
         clock_control: ``"none"`` (default: clocks as the program runs them) or ``"base"`` (ncu's lock).
         cache_control: ``"all"`` (flush caches before each replayed kernel, default) or ``"none"``.
-        report: keep ncu's report here (``.ncu-rep`` added if missing); default: a temporary file, deleted.
-        timeout: seconds before the run is stopped (ProfileError).
-        env: environment of the program (default: this process's).
+        report: keep ncu's report here (``.ncu-rep`` added if missing; an older one there is replaced); default: a
+            temporary file, deleted.
+        timeout: seconds before ncu and the program are stopped (ProfileError).
+        env: variables to set for ncu and the program, on top of this process's environment.
         ncu: path of ncu (default: :func:`find_ncu`).
+        echo: copy ncu's and the program's output to stderr as it comes (the command line does), else keep it in
+            :attr:`ProfileResult.program_output` only.
 
     Raises:
         ProfileError: ncu missing or unable to read counters, the program failing (its exit status and the end of
             its output are in the message), a timeout, no kernel profiled, or asked-for metrics not collected.
     """
     exe = find_ncu(ncu)
-    asked = [m for m in dict.fromkeys(metrics) if m]
+    asked = [m.strip() for m in dict.fromkeys(metrics) if m and m.strip()]
     with tempfile.TemporaryDirectory(prefix="tunelab-ncu-") as tmp:
         if report is None:
             base = str(Path(tmp) / "profile")
         else:
             base = str(report)[: -len(".ncu-rep")] if str(report).endswith(".ncu-rep") else str(report)
             Path(base).parent.mkdir(parents=True, exist_ok=True)
+        rep = base + ".ncu-rep"
         cmd = ncu_command(command, base, ncu=exe, metrics=[*DEFAULT_METRICS, *asked], kernel=kernel,
                           launch_skip=launch_skip, launch_count=launch_count, profile_from_start=profile_from_start,
                           clock_control=clock_control, cache_control=cache_control)
-        run_env = dict(os.environ if env is None else env)
-        try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=run_env)
-        except subprocess.TimeoutExpired:
-            raise ProfileError(f"ncu did not finish in {timeout} s: {' '.join(cmd)}") from None
-        output = (run.stdout or "") + (run.stderr or "")
+        Path(rep).unlink(missing_ok=True)  # a report left by an earlier run must not pass for this run's
+        status, output = _run(cmd, timeout=timeout, env={**os.environ, **(env or {})}, echo=echo)
         for marker, advice in _COUNTER_ERRORS:
             if marker in output:
                 raise ProfileError(f"ncu could not read the counters ({marker}): {advice}")
-        rep = base + ".ncu-rep"
-        if run.returncode != 0:
+        if status != 0:
             who = "the profiled program" if "returned an error code" in output else "ncu"
-            raise ProfileError(f"{who} exited with status {run.returncode} ({' '.join(cmd)}); the end of the "
+            raise ProfileError(f"{who} exited with status {status} ({shlex.join(cmd)}); the end of the "
                                f"output:\n{_tail(output)}")
-        if not Path(rep).is_file():
-            raise ProfileError("ncu profiled no kernel (no report was written): check the kernel filter "
-                               f"({kernel!r}), launch_skip / launch_count and, with profile_from_start=False, that "
-                               f"the program calls cudaProfilerStart; ncu's output:\n{_tail(output)}")
-        raw = _import(exe, rep, "raw")
-        kernels = parse_raw_csv(raw)
+        if not Path(rep).is_file() or "No kernels were profiled" in output:
+            raise ProfileError("ncu profiled no kernel: check the kernel filter "
+                               f"({kernel!r}: a regular expression on the function name), launch_skip / "
+                               "launch_count and, with profile_from_start=False, that the program calls "
+                               f"cudaProfilerStart; ncu's output:\n{_tail(output)}")
+        kernels = parse_raw_csv(_import(exe, rep, "raw"))
         rules = parse_rules_csv(_import(exe, rep, "details"))
         for k in kernels:
             k.rules = rules.get(k.id, [])
         if not kernels:
             raise ProfileError(f"ncu's report {rep} holds no kernel; ncu's output:\n{_tail(output)}")
         collected = set().union(*(k.metrics for k in kernels))
-        missing = [m for m in dict.fromkeys([*DEFAULT_METRICS, *asked]) if m not in collected]
+        missing = [m for m in dict.fromkeys([*DEFAULT_METRICS, *asked]) if not _collected(m, collected)]
         unknown = [m for m in asked if m in missing]
         if unknown:
             raise ProfileError(f"ncu did not collect {unknown}: not metrics of this GPU or ncu version (list the "
@@ -492,11 +501,57 @@ def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str 
                          report=None if report is None else rep, missing_metrics=missing, program_output=output)
 
 
+def _collected(metric: str, columns: set[str]) -> bool:
+    """Whether ncu collected ``metric``: its column, or, for a base name, a column of one of its rollups
+    (``dram__bytes`` -> ``dram__bytes.sum``, ...). ncu's ``regex:``, ``group:`` and ``breakdown:`` forms name no
+    column of their own and count as collected."""
+    if re.match(r"^(regex|group|breakdown):", metric):
+        return True
+    return metric in columns or any(c.startswith(metric + ".") for c in columns)
+
+
+def _run(cmd: list[str], *, timeout: float | None, env: Mapping[str, str], echo: bool) -> tuple[int, str]:
+    """Run ncu in a session of its own; returns (exit status, its output and the program's, interleaved). On a
+    timeout the whole session (ncu and the program it started) is killed."""
+    import signal
+    import threading
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            env=dict(env), start_new_session=True)
+    chunks: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            chunks.append(line)
+            if echo:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        status = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        reader.join(5)
+        raise ProfileError(f"ncu did not finish in {timeout} s and was stopped with the program it ran "
+                           f"({shlex.join(cmd)}); the end of the output:\n{_tail(''.join(chunks))}") from None
+    reader.join()
+    return status, "".join(chunks)
+
+
 def _import(ncu: str, report: str, page: str) -> str:
     cmd = [ncu, "-i", report, "--csv", "--print-units", "base", "--page", page]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise ProfileError(f"`{shlex.join(cmd)}` did not finish in 600 s") from None
     if run.returncode != 0:
-        raise ProfileError(f"`{' '.join(cmd)}` failed (status {run.returncode}):\n{_tail(run.stdout + run.stderr)}")
+        raise ProfileError(f"`{shlex.join(cmd)}` failed (status {run.returncode}):\n{_tail(run.stdout + run.stderr)}")
     return run.stdout
 
 
@@ -516,10 +571,14 @@ def profile_op(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal: bo
         causal: attention's causal mask. metric: the search's metric (ip, cosine, l2).
         config: a config string (``"BLOCK_N=128,..."``) to profile instead of the op's default or tuned config.
         warmup: unprofiled calls before the profiled one. device: the CUDA device.
-        **kwargs: passed to :func:`profile` (metrics, kernel, report, timeout, clock_control, ...).
+        **kwargs: passed to :func:`profile` (metrics, kernel, report, timeout, clock_control, ...; not
+            profile_from_start: the profiled range is the one call).
     """
     from tunelab.profile_target import target_command
 
+    if "profile_from_start" in kwargs:
+        raise ProfileError("profile_op profiles the op's one call between cudaProfilerStart and Stop; "
+                           "profile_from_start cannot be set (use profile() with your own program for that)")
     cmd = target_command(op, shape=shape, dtype=dtype, causal=causal, metric=metric, config=config, warmup=warmup,
                          device=device)
     return profile(cmd, profile_from_start=False, **kwargs)
@@ -531,18 +590,24 @@ def main_args(args) -> int:
 
     from tunelab.jsonfile import write_json
 
-    common = dict(metrics=[m for m in (args.metrics or "").split(",") if m.strip()], kernel=args.kernel,
+    common = dict(metrics=[m.strip() for m in (args.metrics or "").split(",") if m.strip()], kernel=args.kernel,
                   launch_skip=args.launch_skip, launch_count=args.launch_count, clock_control=args.clock_control,
-                  report=args.report, timeout=args.timeout)
+                  report=args.report, timeout=args.timeout, echo=not args.json)
+    op_only = {"--shape": args.shape, "--dtype": args.dtype, "--metric": args.metric, "--causal": args.causal or None,
+               "--config": args.config}
     if args.op:
         if args.target:
             raise ProfileError(f"give either --op or a command after --, not both (command: {args.target})")
         if not args.shape:
             raise ProfileError("--op needs --shape: similarity nq,n,d,k (100,50000,768,10), attention B,H,S,D "
                                "(16,16,512,64), gram n,dim (8192,256)")
-        result = profile_op(args.op, shape=args.shape, dtype=args.dtype, causal=args.causal, metric=args.metric,
-                            config=args.config, **common)
+        result = profile_op(args.op, shape=args.shape, dtype=args.dtype or "fp16", causal=args.causal,
+                            metric=args.metric or "ip", config=args.config, **common)
     else:
+        given = [flag for flag, v in op_only.items() if v is not None]
+        if given:
+            raise ProfileError(f"{', '.join(given)} describe an op's call: give them with --op NAME, or leave them "
+                               "out when profiling a command")
         target = list(args.target or [])
         if target and target[0] == "--":
             target = target[1:]
