@@ -19,6 +19,9 @@ from tunelab.errors import InputError
 DATA = Path(__file__).parent / "data" / "ncu"
 RAW = DATA / "similarity_100x50000x768x10_raw.csv"
 DETAILS = DATA / "similarity_100x50000x768x10_details.csv"
+# the same command at 18f6384, read back as tunelab reads it (--print-units base): what the stand-in serves
+RAW_BASE = DATA / "similarity_100x50000x768x10_raw_base.csv"
+DETAILS_BASE = DATA / "similarity_100x50000x768x10_details_base.csv"
 
 
 def test_the_h200_report_parses_into_the_search_and_its_select():
@@ -96,6 +99,20 @@ def test_base_units_print_the_same_values():
         assert y.metrics[P.DRAM_READ] == pytest.approx(x.metrics[P.DRAM_READ], rel=1e-6)
 
 
+def test_base_units_as_ncu_prints_them():
+    """The report read back with --print-units base (as profile() reads it): base units, and the same kernels and
+    magnitudes as the scaled print of another run of the same command."""
+    base, scaled = P.parse_raw_csv(RAW_BASE.read_text()), P.parse_raw_csv(RAW.read_text())
+    assert [k.short_name for k in base] == [k.short_name for k in scaled]
+    for b, s in zip(base, scaled):
+        assert b.units[P.DURATION] == "ns" and b.units[P.DRAM_READ] == "byte"
+        assert b.units["launch__shared_mem_per_block_dynamic"] == "byte/block"
+        assert b.value("launch__shared_mem_per_block_dynamic") == s.value("launch__shared_mem_per_block_dynamic")
+        for m in (P.DURATION, P.DRAM_READ, P.L2_PCT):
+            assert b.value(m) == pytest.approx(s.value(m), rel=0.1), m
+    assert base[0].duration_us == pytest.approx(25.984) and P.parse_rules_csv(DETAILS_BASE.read_text())[0]
+
+
 FAKE_NCU = '''\
 #!{python}
 """Stand-in for ncu: --version; -i REPORT --csv ... --page raw|details prints the recorded CSV; else records its
@@ -140,8 +157,8 @@ def fake_ncu(tmp_path, monkeypatch):
     log = tmp_path / "argv.jsonl"
     monkeypatch.setenv("TUNELAB_NCU", str(exe))
     monkeypatch.setenv("FAKE_NCU_LOG", str(log))
-    monkeypatch.setenv("FAKE_NCU_RAW", str(RAW))
-    monkeypatch.setenv("FAKE_NCU_DETAILS", str(DETAILS))
+    monkeypatch.setenv("FAKE_NCU_RAW", str(RAW_BASE))
+    monkeypatch.setenv("FAKE_NCU_DETAILS", str(DETAILS_BASE))
     for var in ("FAKE_NCU_NO_REPORT", "FAKE_NCU_SAYS", "FAKE_NCU_SKIP_PROGRAM", "FAKE_NCU_RC"):
         monkeypatch.delenv(var, raising=False)
     return lambda: [json.loads(line) for line in log.read_text().splitlines()]
@@ -272,7 +289,8 @@ def test_readme_profile_figures_are_those_of_the_results():
     flat = " ".join(readme.split())
     for q in quoted:
         assert q in flat, q
-    assert search["bound"] == "memory: L2 82% of peak" and select["bound"].startswith("latency")
+    assert search["bound"].startswith("memory: L2") and select["bound"].startswith("latency")
+    assert all(r != "selected" for k in (search, select, attention, gram) for r, _ in k["stalls"])
 
 
 def test_runs_replace_old_reports_stop_on_time_and_take_metric_forms(fake_ncu, tmp_path, monkeypatch):
