@@ -5,10 +5,8 @@ the program and hands back that report."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -249,7 +247,10 @@ def test_the_command_line_profiles_an_op_in_a_child(fake_ncu, tmp_path, monkeypa
     assert json.loads(capsys.readouterr().out)["command"] == [sys.executable, "-c", "pass"]
     for bad, message in ((["profile"], "nothing to profile"), (["profile", "--op", "gram"], "--op needs --shape"),
                          (["profile", "--op", "gram", "--shape", "10,4", "--dtype", "int8"], "int8"),
-                         (["profile", "--op", "attention", "--shape", "1,2,3"], "4 positive integers B,H,S,D")):
+                         (["profile", "--op", "attention", "--shape", "1,2,3"], "4 positive integers B,H,S,D"),
+                         (["profile", "--op", "gram", "--shape", "64,8", "--causal"], "--causal does not apply to --op gram"),
+                         (["profile", "--op", "attention", "--shape", "1,1,8,64", "--metric", "l2"],
+                          "--metric does not apply to --op attention")):
         assert main(bad) == 2
         assert message in capsys.readouterr().err
 

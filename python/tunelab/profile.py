@@ -19,9 +19,11 @@ reasons) plus :data:`DEFAULT_METRICS` and any ``metrics`` given. A metric name t
 an error for ncu (it leaves it out); here it is listed in :attr:`ProfileResult.missing_metrics` and, when the caller
 asked for it by name, raises :class:`ProfileError`. Clocks: ``clock_control="none"`` by default, as tunelab's timer
 leaves them (ncu's own default locks them to base clock, which makes durations longer than the program sees); caches
-are flushed before each replayed kernel (ncu's ``--cache-control all``), as the timer flushes L2 between samples.
-ncu serializes kernels and replays each several times, so its durations are not the program's timings: use
-:mod:`tunelab.timing` for those.
+are flushed before each replayed kernel (ncu's ``--cache-control all``). That flush leaves L2 clean, where the timer's
+(a memset) leaves it full of dirty lines that a kernel must write back: on the H200 the 50K x 100 search takes 26.7
+us under ncu (``benchmarks/results/profile_similarity_100x50000x768x10_h200.json``) and 33.6 under the timer
+(``benchmarks/SIMILARITY.md``). ncu also serializes kernels and replays each several times, so its durations are not
+the program's timings: use :mod:`tunelab.timing` for those.
 """
 from __future__ import annotations
 
@@ -82,7 +84,8 @@ class ProfileError(TunelabError):
 # ------------------------------------------------------------------------------------------------ finding ncu
 def find_ncu(ncu: str | os.PathLike | None = None) -> str:
     """The path of the ``ncu`` executable: ``ncu`` if given, else ``$TUNELAB_NCU``, else ``ncu`` on ``PATH``, else
-    ``$CUDA_HOME/bin/ncu``, ``/usr/local/cuda/bin/ncu`` and the newest ``/opt/nvidia/nsight-compute/*/ncu``.
+    the first of ``$CUDA_HOME/bin/ncu``, ``$CUDA_PATH/bin/ncu``, ``/usr/local/cuda/bin/ncu`` and the newest
+    ``/opt/nvidia/nsight-compute/*/ncu`` that exists.
 
     Raises ProfileError naming every place looked at and how to point tunelab at ncu."""
     tried: list[str] = []
@@ -601,6 +604,10 @@ def main_args(args) -> int:
         if not args.shape:
             raise ProfileError("--op needs --shape: similarity nq,n,d,k (100,50000,768,10), attention B,H,S,D "
                                "(16,16,512,64), gram n,dim (8192,256)")
+        if args.metric and args.op != "similarity" or args.causal and args.op != "attention":
+            flag = "--metric" if args.metric and args.op != "similarity" else "--causal"
+            raise ProfileError(f"{flag} does not apply to --op {args.op} (--metric is the similarity search's, "
+                               "--causal attention's)")
         result = profile_op(args.op, shape=args.shape, dtype=args.dtype or "fp16", causal=args.causal,
                             metric=args.metric or "ip", config=args.config, **common)
     else:
