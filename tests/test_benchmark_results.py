@@ -1,9 +1,12 @@
 """The benchmark scripts on the CPU: their result files (benchmarks/_common.write_result: one naming rule for
 every --tag) and their arguments."""
 import json
+import re
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("tag, name", [(None, "bench"), ("", "bench"), ("h100", "bench_h100"),
@@ -216,8 +219,6 @@ def test_second_kernel_nops_compile_for_hopper_and_ampere(load_benchmark):
 
 def _expand_braces(name: str) -> list[str]:
     """`a{,_x,_y}b` -> ['ab', 'a_xb', 'a_yb'] (shell-style, groups not nested)."""
-    import re
-
     m = re.search(r"\{([^{}]*)\}", name)
     if not m:
         return [name]
@@ -229,11 +230,8 @@ def test_docs_cite_result_files_that_exist(doc):
     """Every `results/NAME` a document cites (brace groups and * patterns included) names a file in
     benchmarks/results/: a figure is only as good as the file behind it, and a renamed or dropped result would
     otherwise leave a citation pointing nowhere."""
-    import re
-
-    root = Path(__file__).resolve().parent.parent
-    bench = root / "benchmarks"
-    text = (root / doc).read_text()
+    bench = ROOT / "benchmarks"
+    text = (ROOT / doc).read_text()
     cited = {m.rstrip(".,;:)") for m in re.findall(r"results/[A-Za-z0-9_.\-{},*]+", text)}
     cited = {c for c in cited if re.search(r"\.(json|txt|log|csv|gz)$", c) or c.endswith("*")}
     assert len(cited) >= 2, f"{doc}: found only {sorted(cited)}; did the citation form change?"
@@ -244,13 +242,10 @@ def test_docs_cite_result_files_that_exist(doc):
 def test_readme_similarity_figures_name_the_run_in_results(load_benchmark):
     """The README's similarity table is results/similarity.json's (as `similarity.py --readme-table` prints it) and
     names the commit it ran at; a rerun that replaces the file without the README's figures shows up here."""
-    import re
-
-    root = Path(__file__).resolve().parent.parent
-    text = (root / "README.md").read_text()
+    text = (ROOT / "README.md").read_text()
     m = re.search(r"`results/similarity\.json` at ([0-9a-f]{7,40})", text)
     assert m, "the README no longer says which run of similarity.py its table quotes"
-    run = json.loads((root / "benchmarks" / "results" / "similarity.json").read_text())
+    run = json.loads((ROOT / "benchmarks" / "results" / "similarity.json").read_text())
     commit = run["environment"]["git_commit"]
     assert commit.startswith(m.group(1)), f"README quotes the run at {m.group(1)}, results/similarity.json is {commit}"
     table = load_benchmark("similarity").readme_table(run["search"])

@@ -269,6 +269,11 @@ def test_target_checks_before_ncu_starts():
         check("similarity", [1, 10, 8, 2], "fp16", metric="dot")
     cmd = target_command("attention", shape=(1, 2, 128, 64), causal=True)
     assert cmd[1:4] == ["-m", "tunelab.profile_target", "attention"] and cmd[-1] == "--causal"
+    import subprocess
+
+    bad = subprocess.run([sys.executable, "-m", "tunelab.profile_target", "gram", "--shape", "64,a"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "shape '64,a' is not a comma-separated list of integers" in bad.stderr
 
 
 def test_readme_profile_figures_are_those_of_the_results():

@@ -85,21 +85,64 @@ def _cmd_env(args) -> int:
     return 0
 
 
-def _int_list(text: str) -> list[int]:
+def parse_shape(text: str) -> list[int]:
+    """Parse a shape such as ``16,16,512,64`` or ``100x50000x768x10`` (an argparse type: ArgumentTypeError naming the
+    text and an example when it is not positive integers)."""
     try:
-        dims = [int(x) for x in text.replace("x", ",").split(",") if x.strip()]
+        dims = [int(x) for x in str(text).replace("x", ",").split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 100,50000,768,10"
+        raise argparse.ArgumentTypeError(f"shape {text!r} is not a comma-separated list of integers; e.g. "
+                                         "16,16,512,64 (attention B,H,S,D) or 100,50000,768,10 (similarity nq,n,d,k)"
                                          ) from None
-    if not dims:
-        raise argparse.ArgumentTypeError(f"{text!r} holds no integer; e.g. 100,50000,768,10")
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"shape {text!r} needs positive integers, e.g. 16,16,512,64")
     return dims
 
 
 def _cmd_profile(args) -> int:
-    from tunelab.profile import main_args
+    """``tunelab profile``: profile an op's call (--op) or a command (after --); print the table or JSON, write
+    --out."""
+    from tunelab.jsonfile import write_json
+    from tunelab.profile import ProfileError, profile, profile_op
 
-    return main_args(args)
+    common = dict(metrics=[m.strip() for m in (args.metrics or "").split(",") if m.strip()], kernel=args.kernel,
+                  launch_skip=args.launch_skip, launch_count=args.launch_count, clock_control=args.clock_control,
+                  report=args.report, timeout=args.timeout, echo=not args.json)
+    target = args.target[1:] if args.target[:1] == ["--"] else list(args.target)
+    if args.op:
+        if target:
+            raise ProfileError(f"give either --op or a command after --, not both (command: {target})")
+        if not args.shape:
+            raise ProfileError("--op needs --shape: similarity nq,n,d,k (100,50000,768,10), attention B,H,S,D "
+                               "(16,16,512,64), gram n,dim (8192,256)")
+        for flag, value, op in (("--metric", args.metric, "similarity"), ("--causal", args.causal, "attention")):
+            if value and args.op != op:
+                raise ProfileError(f"{flag} does not apply to --op {args.op}: it is the {op} op's")
+        result = profile_op(args.op, shape=args.shape, dtype=args.dtype or "fp16", causal=args.causal,
+                            metric=args.metric or "ip", config=args.config, **common)
+    else:
+        given = [flag for flag, v in (("--shape", args.shape), ("--dtype", args.dtype), ("--metric", args.metric),
+                                      ("--causal", args.causal), ("--config", args.config)) if v]
+        if given:
+            raise ProfileError(f"{', '.join(given)} describe an op's call: give them with --op NAME, or leave them "
+                               "out when profiling a command")
+        if not target:
+            raise ProfileError("nothing to profile: give --op NAME --shape ... or a command after --, e.g. "
+                               "`tunelab profile -- python my_script.py`")
+        result = profile(target, **common)
+    doc = result.to_json()
+    if args.out:
+        from tunelab.env import fingerprint
+
+        doc = {"environment": fingerprint(), **doc}
+        write_json(args.out, doc)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        sys.stdout.write(result.table())
+        if args.out:
+            print(f"written: {args.out}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,17 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("env", help="print the environment fingerprint recorded with measurements")
     p.set_defaults(func=_cmd_env)
 
+    from tunelab import profile_target
+
     p = sub.add_parser(
         "profile", help="read a kernel's hardware counters with Nsight Compute (ncu) and say what bounds it",
         description="Run one call of a tunelab op (--op) or any program (after --) under ncu; print one row per "
                     "kernel (time under ncu, SM / DRAM / L2 %% of peak, occupancy, what bounds it, top stalls). "
                     "Examples: tunelab profile --op similarity --shape 100,50000,768,10; "
                     "tunelab profile --kernel nvjet -- python my_script.py")
-    p.add_argument("--op", choices=["similarity", "attention", "gram"], help="profile one call of this op")
-    p.add_argument("--shape", type=_int_list, help="the op's shape: similarity nq,n,d,k; attention B,H,S,D; gram n,dim")
+    p.add_argument("--op", choices=list(profile_target.OPS), help="profile one call of this op")
+    p.add_argument("--shape", type=parse_shape, help="the op's shape: similarity nq,n,d,k; attention B,H,S,D; gram n,dim")
     p.add_argument("--dtype", help="the op's element type (default fp16)")
     p.add_argument("--causal", action="store_true", help="attention: causal mask")
-    p.add_argument("--metric", choices=["ip", "cosine", "l2"], help="similarity: the metric (default ip)")
+    p.add_argument("--metric", choices=list(profile_target.METRICS), help="similarity: the metric (default ip)")
     p.add_argument("--config", help="the op's config as NAME=VALUE,... instead of its default or tuned one")
     p.add_argument("--kernel", metavar="REGEX",
                    help="profile only kernels whose function name (no namespaces, template arguments) matches")

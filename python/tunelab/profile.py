@@ -11,8 +11,8 @@ must start the program itself: :func:`profile` runs a command under ncu and :fun
     result.kernels[0].metrics           # every counter ncu collected, by its ncu name
     result.report                       # the .ncu-rep file, for the Nsight Compute GUI (when a path was given)
 
-The command line does the same: ``tunelab profile --op similarity --shape 100,50000,768,10`` or ``tunelab profile
--- python my_script.py``.
+The command line does the same (``tunelab.cli``): ``tunelab profile --op similarity --shape 100,50000,768,10`` or
+``tunelab profile -- python my_script.py``.
 
 What is collected: the sections in :data:`SECTIONS` (speed of light, launch statistics, occupancy, warp stall
 reasons) plus :data:`DEFAULT_METRICS` and any ``metrics`` given. A metric name this GPU or ncu does not know is not
@@ -28,6 +28,7 @@ the program's timings: use :mod:`tunelab.timing` for those.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import os
@@ -118,6 +119,7 @@ def _version_key(path: Path) -> tuple:
     return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.-]", path.parent.name))
 
 
+@functools.lru_cache(maxsize=8)
 def ncu_version(ncu: str) -> str:
     """``ncu --version``'s version line (e.g. ``Version 2025.3.1.0 (build ...)``), or "unknown"."""
     try:
@@ -277,7 +279,9 @@ def parse_raw_csv(text: str) -> list[KernelProfile]:
     header = rows[0]
     missing = [c for c in ("ID", "Kernel Name") if c not in header]
     if missing:
-        raise ProfileError(f"ncu's raw CSV has no {missing} column(s); its header starts {header[:6]}")
+        raise ProfileError(f"ncu's raw CSV has no {missing} column(s) (its header starts {header[:6]}): this ncu's "
+                           "layout is not one tunelab reads; open the report in Nsight Compute, and report the "
+                           "layout with `ncu --version`")
     col = {name: i for i, name in enumerate(header)}
     units: dict[str, str] = {}
     kernels = []
@@ -291,8 +295,8 @@ def parse_raw_csv(text: str) -> list[KernelProfile]:
         grid = parse_number(row[col["Grid Size"]]) if "Grid Size" in col else None
         block = parse_number(row[col["Block Size"]]) if "Block Size" in col else None
         kernels.append(KernelProfile(id=int(parse_number(row[col["ID"]])), name=row[col["Kernel Name"]],
-                                     grid=grid if isinstance(grid, tuple) else (), block=block if isinstance(
-                                         block, tuple) else (), metrics=metrics, units=dict(units)))
+                                     grid=grid if isinstance(grid, tuple) else (),
+                                     block=block if isinstance(block, tuple) else (), metrics=metrics))
     scale = {m: base_unit(u) for m, u in units.items()}
     for k in kernels:  # values in base units (ns, byte, hz), whatever ncu's printing scaled them to
         k.units = {m: scale[m][0] for m in units if m in k.metrics}
@@ -359,7 +363,7 @@ class ProfileResult:
             t.add_row(str(k.id), k.short_name, f"{_dims(k.grid)} x {_dims(k.block)}", _fmt(s["duration_us"], 1),
                       _fmt(s["sm_pct"], 0), _fmt(s["dram_pct"], 0), _fmt(s["l2_pct"], 0),
                       _fmt(s["achieved_occupancy_pct"], 0), _fmt(s["registers"], 0), s["occupancy_limit"] or "-",
-                      s["bound"], ", ".join(f"{r} {v:.1f}" for r, v in k.stalls()) or "-")
+                      s["bound"], ", ".join(f"{r} {v:.1f}" for r, v in s["stalls"]) or "-")
         console = Console(width=width or 200, record=True, file=io.StringIO())
         console.print(t)
         if self.missing_metrics:
@@ -585,53 +589,3 @@ def profile_op(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal: bo
     cmd = target_command(op, shape=shape, dtype=dtype, causal=causal, metric=metric, config=config, warmup=warmup,
                          device=device)
     return profile(cmd, profile_from_start=False, **kwargs)
-
-
-def main_args(args) -> int:
-    """``tunelab profile``: run the profile the parsed ``args`` describe, print the table (or JSON), write --out."""
-    import json
-
-    from tunelab.jsonfile import write_json
-
-    common = dict(metrics=[m.strip() for m in (args.metrics or "").split(",") if m.strip()], kernel=args.kernel,
-                  launch_skip=args.launch_skip, launch_count=args.launch_count, clock_control=args.clock_control,
-                  report=args.report, timeout=args.timeout, echo=not args.json)
-    op_only = {"--shape": args.shape, "--dtype": args.dtype, "--metric": args.metric, "--causal": args.causal or None,
-               "--config": args.config}
-    if args.op:
-        if args.target:
-            raise ProfileError(f"give either --op or a command after --, not both (command: {args.target})")
-        if not args.shape:
-            raise ProfileError("--op needs --shape: similarity nq,n,d,k (100,50000,768,10), attention B,H,S,D "
-                               "(16,16,512,64), gram n,dim (8192,256)")
-        if args.metric and args.op != "similarity" or args.causal and args.op != "attention":
-            flag = "--metric" if args.metric and args.op != "similarity" else "--causal"
-            raise ProfileError(f"{flag} does not apply to --op {args.op} (--metric is the similarity search's, "
-                               "--causal attention's)")
-        result = profile_op(args.op, shape=args.shape, dtype=args.dtype or "fp16", causal=args.causal,
-                            metric=args.metric or "ip", config=args.config, **common)
-    else:
-        given = [flag for flag, v in op_only.items() if v is not None]
-        if given:
-            raise ProfileError(f"{', '.join(given)} describe an op's call: give them with --op NAME, or leave them "
-                               "out when profiling a command")
-        target = list(args.target or [])
-        if target and target[0] == "--":
-            target = target[1:]
-        if not target:
-            raise ProfileError("nothing to profile: give --op NAME --shape ... or a command after --, e.g. "
-                               "`tunelab profile -- python my_script.py`")
-        result = profile(target, **common)
-    doc = result.to_json()
-    if args.out:
-        from tunelab.env import fingerprint
-
-        doc = {"environment": fingerprint(), **doc}
-        write_json(args.out, doc)
-    if args.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        sys.stdout.write(result.table())
-        if args.out:
-            print(f"written: {args.out}")
-    return 0

@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``warmup`` calls, then one call between cudaProfilerStart and cudaProfilerStop."""
     import torch
 
+    from tunelab.cli import parse_shape
+
     p = argparse.ArgumentParser(prog="python -m tunelab.profile_target", description=__doc__.split("\n\n")[0])
     p.add_argument("op", choices=list(OPS))
-    p.add_argument("--shape", required=True, help="comma-separated dimensions (see tunelab.profile_target.OPS)")
+    p.add_argument("--shape", required=True, type=parse_shape, help="the op's dimensions (see OPS)")
     p.add_argument("--dtype", default="fp16")
     p.add_argument("--metric", default="ip", choices=list(METRICS))
     p.add_argument("--causal", action="store_true")
@@ -102,12 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--device", type=int, default=0)
     args = p.parse_args(argv)
-    try:
-        shape = [int(s) for s in args.shape.replace("x", ",").split(",") if s.strip()]
-    except ValueError:
-        p.error(f"--shape {args.shape!r} is not a comma-separated list of integers")
     torch.cuda.set_device(args.device)
-    call = make_call(args.op, shape, args.dtype, causal=args.causal, metric=args.metric, config=args.config,
+    call = make_call(args.op, args.shape, args.dtype, causal=args.causal, metric=args.metric, config=args.config,
                      device=args.device)
     for _ in range(args.warmup):
         call()

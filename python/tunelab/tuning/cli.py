@@ -8,23 +8,13 @@ import argparse
 import json
 import sys
 
+from tunelab.cli import parse_shape
 from tunelab.errors import ConfigError
 
 from tunelab.tuning.family import DTYPES
 
 #: Shape tuned by ``tunelab tune FAMILY`` without --shape: the seed workload of ANCHORS.md.
 DEFAULT_SHAPES = {"attention": (16, 16, 512, 64)}
-
-
-def _shape(text: str) -> list[int]:
-    try:
-        dims = [int(x) for x in text.replace("x", ",").split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shape {text!r} is not a comma-separated list of integers "
-                                         "(for attention: B,H,S,D such as 16,16,512,64)") from None
-    if not dims or any(d <= 0 for d in dims):
-        raise argparse.ArgumentTypeError(f"--shape {text!r} needs positive integers, e.g. 16,16,512,64")
-    return dims
 
 
 def _positive_int(text: str) -> int:
@@ -57,7 +47,7 @@ def register(subparsers) -> None:
                     "every candidate, measure in a worker process, confirm the best against every baseline with "
                     "bootstrap CIs and store the winner. Re-running the same command resumes the study.")
     p.add_argument("family", help="kernel family, e.g. attention")
-    p.add_argument("--shape", type=_shape,
+    p.add_argument("--shape", type=parse_shape,
                    help="problem shape; attention: B,H,S,D (default 16,16,512,64, the seed workload)")
     p.add_argument("--dtype", default="fp16", help=f"element type, one of {', '.join(DTYPES)} (default fp16)")
     p.add_argument("--causal", action="store_true", help="causal masking (attention)")
