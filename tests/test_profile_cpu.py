@@ -341,3 +341,111 @@ def test_the_command_line_shows_the_program_and_keeps_op_flags_for_ops(fake_ncu,
     assert "hello from the program" in io.err and "similarity_topk" in io.out
     assert main(["profile", "--dtype", "bf16", "--shape", "1,2", "--", sys.executable, "-c", "pass"]) == 2
     assert "--shape, --dtype describe an op's call" in capsys.readouterr().err
+
+
+TUNED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "tune_similarity_100x50000x768x10_h100.json"
+
+
+def _child(argv: list[str]) -> list[str]:
+    return argv[argv.index("-m") + 1:]
+
+
+def test_a_tuning_result_is_profiled_arm_by_arm_as_the_tuner_timed_it(fake_ncu, tmp_path, monkeypatch, capsys):
+    """The winner, the default config and the strongest baseline of a real result (an H100's 100 x 50K search),
+    each in its own profiled program that rebuilds the tuner's inputs and timing closure, with the confirmation's
+    medians beside ncu's times."""
+    from tunelab.tuning.results import TuneResult, load_results
+
+    monkeypatch.setenv("FAKE_NCU_SKIP_PROGRAM", "1")  # the child needs a GPU; the stand-in only records it
+    data = load_results(TUNED)
+    best = data["confirmation"]["arms"][0]
+    assert best["label"] == data["confirmation"]["best"] == "candidate 1"
+    tuned = TuneResult(data).profile(progress=False, report=tmp_path / "rep")
+    runs = [_child(a) for a in fake_ncu()]
+    assert [r[:3] for r in runs] == [["tunelab.profile_target", "family", "similarity"]] * 3
+    for r in runs:
+        assert json.loads(r[r.index("--problem") + 1]) == data["problem"]
+        assert "--profile-from-start" not in r
+    assert json.loads(runs[0][runs[0].index("--config") + 1]) == best["config"]
+    assert json.loads(runs[1][runs[1].index("--config") + 1]) == data["default_config"]
+    assert runs[2][-2:] == ["--baseline", "torch_topk"] and "--config" not in runs[2]
+    assert list(tuned.arms) == ["best", "default", "baseline:torch_topk"]
+    assert tuned.timer_us["best"] == pytest.approx(53.456, abs=1e-3)
+    assert tuned.timer_us["default"] == pytest.approx(53.824, abs=1e-3)
+    assert tuned.timer_us["baseline:torch_topk"] == pytest.approx(137.136, abs=1e-3)
+    assert tuned.total_us("best") == pytest.approx(sum(k.duration_us for k in tuned.arms["best"].kernels))
+    assert (tmp_path / "rep_baseline_torch_topk.ncu-rep").is_file() and (tmp_path / "rep_best.ncu-rep").is_file()
+    text = " ".join(tuned.table().split())
+    for want in ("the tuned winner (candidate 1, BLOCK_N=", "53.5 µs by the tuner's timer", "the baseline torch_topk",
+                 "137.1 µs by the tuner's timer", "similarity_topk"):
+        assert want in text, want
+    doc = tuned.to_json()
+    assert doc["arms"]["default"]["timer_us"] == pytest.approx(53.824, abs=1e-3)
+    assert len(doc["arms"]["best"]["kernels"]) == 2 and json.dumps(doc)
+
+    # a winner that is the default config is profiled once; a named baseline; unknown arms
+    same = json.loads(json.dumps(data))
+    same["confirmation"]["arms"][0]["config"] = dict(data["default_config"])
+    arms, notes = P.tuned_arms(same, ["best", "default", "baseline:torch_topk"])
+    assert [a[0] for a in arms] == ["best", "baseline:torch_topk"]
+    assert notes == ["default: the same config as best, profiled once"]
+    with pytest.raises(P.ProfileError, match=r"arm 'fastest' is not known; accepted: best, default, baseline"):
+        P.tuned_arms(data, ["fastest"])
+    replayed = dict(data, mode="replay")
+    with pytest.raises(P.ProfileError, match="made in 'replay' mode"):
+        P.profile_tuned(replayed)
+    with pytest.raises(Exception, match=r"no baseline 'cublas' for this problem; its baselines are \['torch_topk'\]"):
+        P.profile_tuned(data, ["baseline:cublas"], progress=False)
+
+    # the command line: --result, --arms, --out
+    from tunelab.cli import main
+
+    out = tmp_path / "tuned.json"
+    assert main(["profile", "--result", str(TUNED), "--arms", "best,baseline", "--out", str(out)]) == 0
+    assert len(fake_ncu()) == 5
+    doc = json.loads(out.read_text())
+    assert list(doc["arms"]) == ["best", "baseline:torch_topk"] and doc["environment"]["tunelab_version"]
+    io = capsys.readouterr()
+    assert "the tuned winner" in io.out and "[1/2] profiling best" in io.err
+    for bad, message in ((["profile", "--result", str(TUNED), "--op", "gram"], "--op cannot be given with it"),
+                         (["profile", "--result", str(TUNED), "--", "python"], "a command cannot be given with it"),
+                         (["profile", "--arms", "best", "--op", "gram", "--shape", "8,8"], "--arms chooses among"),
+                         (["profile", "--result", str(tmp_path / "none.json")], "none.json")):
+        assert main(bad) == 2, bad
+        assert message in capsys.readouterr().err, message
+
+
+def test_the_family_target_checks_its_arguments_without_a_gpu(tmp_path):
+    import subprocess
+
+    from tunelab.errors import ConfigError
+    from tunelab.profile_target import check_family, family_command
+
+    problem = json.loads(TUNED.read_text())["problem"]
+    cmd = family_command("similarity", problem, baseline="torch_topk", warmup=2)
+    assert cmd[1:5] == ["-m", "tunelab.profile_target", "family", "similarity"] and cmd[-4:-2] == ["--seed", "0"]
+    with pytest.raises(ConfigError, match="exactly one of a config and a baseline to profile; got neither"):
+        check_family("similarity", problem)
+    with pytest.raises(ConfigError, match="missing parameter"):
+        check_family("similarity", problem, config={"BLOCK_N": 128})
+    with pytest.raises(ConfigError, match=r"unknown kernel family 'conv'; accepted families are \['attention'"):
+        family_command("conv", problem, baseline="x")
+    with pytest.raises(InputError, match="warmup=-1"):
+        family_command("similarity", problem, baseline="torch_topk", warmup=-1)
+    bad = subprocess.run([sys.executable, "-m", "tunelab.profile_target", "family", "similarity", "--problem", "{nq"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--problem: '{nq' is not JSON" in bad.stderr
+
+
+def test_tune_profile_is_refused_where_it_cannot_run(tmp_path, monkeypatch, capsys):
+    """`tunelab tune --profile` says at once that a replay measures nothing here, or that ncu is missing, rather than
+    after the study."""
+    from tunelab.cli import main
+
+    replay = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "attention_fp16_b16_h16_s512_d64.replay.json.gz"
+    assert main(["tune", "attention", "--replay", str(replay), "--profile", "--storage", "memory"]) == 2
+    assert "--profile reads hardware counters on this GPU; a --replay run measures nothing here" in \
+        capsys.readouterr().err
+    monkeypatch.setenv("TUNELAB_NCU", str(tmp_path / "no-ncu"))
+    assert main(["tune", "attention", "--shape", "1,1,128,64", "--profile", "--storage", "memory"]) == 2
+    assert "no-ncu is not an executable" in capsys.readouterr().err

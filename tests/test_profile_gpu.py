@@ -4,6 +4,7 @@ caches before each kernel)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -63,3 +64,43 @@ def test_profile_a_program_and_the_command_line(ncu, tmp_path):
     kernels = [k["summary"]["kernel"] for k in doc["kernels"]]
     # torch's zero fill of the output (the triangle the kernel does not write), then the Gram kernel
     assert doc["environment"]["gpu"]["name"] and kernels[-1] == "similarity_gram", kernels
+
+
+def test_profile_tuned_profiles_the_arms_as_the_tuner_ran_them(ncu):
+    """A result's config and baseline, each rebuilt in its own program from the family's inputs: the search's
+    kernels for the config, cuBLAS's GEMM and torch's top-k for the baseline, both reading the whole corpus."""
+    from tunelab.profile import profile_tuned
+    from tunelab.tuning.family import get_family
+
+    fam = get_family("similarity")
+    problem = {"nq": 32, "n": 20000, "d": 256, "k": 10, "dtype": "fp16", "metric": "ip"}
+    default = fam.default_config(fam.problem_from_dict(problem))
+    data = {"family": "similarity", "problem": problem, "mode": "gpu", "default_config": default,
+            "best_search": {"config": default}}
+    tuned = profile_tuned(data, timeout=300, progress=False)
+    assert list(tuned.arms) == ["best", "baseline:torch_topk"], list(tuned.arms)
+    assert tuned.notes == ["default: the same config as best, profiled once"]
+    ours = [k.short_name for k in tuned.arms["best"].kernels]
+    theirs = [k.name for k in tuned.arms["baseline:torch_topk"].kernels]
+    assert ours[0] == "similarity_topk" and len(ours) <= 2, ours
+    assert any(re.search(r"nvjet|gemm|cutlass", n) for n in theirs), theirs
+    assert any(re.search(r"(?i)topk|sort|radix|select", n) for n in theirs), theirs
+    corpus = problem["n"] * problem["d"] * 2
+    for arm in tuned.arms.values():
+        assert sum(k.value("dram__bytes_read.sum") for k in arm.kernels) >= 0.95 * corpus
+    assert tuned.total_us("best") > 0 and "similarity_topk" in tuned.table()
+
+
+def test_tune_then_profile_from_the_command_line(ncu, tmp_path):
+    from tunelab.cli import main
+
+    results = tmp_path / "gram.json"
+    assert main(["tune", "gram", "--shape", "1024,64", "--dtype", "fp32", "--trials", "4", "--seed-trials", "2",
+                 "--confirm-rounds", "10", "--storage", "memory", "--no-store", "--quiet", "--results", str(results),
+                 "--profile"]) == 0
+    out = tmp_path / "p.json"
+    assert main(["profile", "--result", str(results), "--arms", "best,baseline", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert list(doc["arms"]) == ["best", "baseline:torch_matmul_abs2"], list(doc["arms"])
+    assert doc["arms"]["best"]["timer_us"] > 0 and doc["arms"]["baseline:torch_matmul_abs2"]["timer_us"] > 0
+    assert any(k["summary"]["kernel"] == "similarity_gram" for k in doc["arms"]["best"]["kernels"])

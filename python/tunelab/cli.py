@@ -109,7 +109,19 @@ def _cmd_profile(args) -> int:
                   launch_skip=args.launch_skip, launch_count=args.launch_count, clock_control=args.clock_control,
                   report=args.report, timeout=args.timeout, echo=not args.json)
     target = args.target[1:] if args.target[:1] == ["--"] else list(args.target)
-    if args.op:
+    if args.result:
+        given = [flag for flag, v in (("--op", args.op), ("--shape", args.shape), ("--dtype", args.dtype),
+                                      ("--metric", args.metric), ("--causal", args.causal), ("--config", args.config),
+                                      ("a command", target)) if v]
+        if given:
+            raise ProfileError(f"--result profiles the tuned problem's arms; {', '.join(given)} cannot be given with it")
+        from tunelab.profile import profile_tuned
+
+        arms = [a.strip() for a in (args.arms or "best,default,baseline").split(",") if a.strip()]
+        result = profile_tuned(args.result, arms, progress=not args.json, **common)
+    elif args.arms:
+        raise ProfileError("--arms chooses among a tuning result's arms: give it with --result FILE.json")
+    elif args.op:
         if target:
             raise ProfileError(f"give either --op or a command after --, not both (command: {target})")
         if not args.shape:
@@ -177,11 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "profile", help="read a kernel's hardware counters with Nsight Compute (ncu) and say what bounds it",
-        description="Run one call of a tunelab op (--op) or any program (after --) under ncu; print one row per "
-                    "kernel (time under ncu, SM / DRAM / L2 %% of peak, occupancy, what bounds it, top stalls). "
+        description="Run one call of a tunelab op (--op), of a tuning result's winner, default config and baseline "
+                    "(--result), or any program (after --) under ncu; print one row per "
+                    "kernel (time under ncu, SM / DRAM / L2 % of peak, occupancy, what bounds it, top stalls). "
                     "Examples: tunelab profile --op similarity --shape 100,50000,768,10; "
+                    "tunelab profile --result tune.json; "
                     "tunelab profile --kernel nvjet -- python my_script.py")
     p.add_argument("--op", choices=list(profile_target.OPS), help="profile one call of this op")
+    p.add_argument("--result", metavar="FILE.json",
+                   help="a results JSON of `tunelab tune`: profile its winner, default config and strongest baseline "
+                        "on the tuned problem, as the tuner timed them")
+    p.add_argument("--arms", metavar="A,B",
+                   help="with --result: which arms (best, default, baseline, baseline:NAME; default "
+                        "best,default,baseline)")
     p.add_argument("--shape", type=parse_shape, help="the op's shape: similarity nq,n,d,k; attention B,H,S,D; gram n,dim")
     p.add_argument("--dtype", help="the op's element type (default fp16)")
     p.add_argument("--causal", action="store_true", help="attention: causal mask")

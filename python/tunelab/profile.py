@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import json
 import math
 import os
 import re
@@ -589,3 +590,190 @@ def profile_op(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal: bo
     cmd = target_command(op, shape=shape, dtype=dtype, causal=causal, metric=metric, config=config, warmup=warmup,
                          device=device)
     return profile(cmd, profile_from_start=False, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ tuned configs
+def profile_config(family: str, problem: Mapping[str, Any], config: Mapping[str, Any] | None = None, *,
+                   baseline: str | None = None, warmup: int = 3, device: int = 0, seed: int = 0,
+                   **kwargs) -> ProfileResult:
+    """Profile one call of a tuning family's ``config`` (or of its ``baseline``, e.g. ``"torch_topk"``) on the
+    family's own inputs, launched as the tuner timed it (its timing closure), after ``warmup`` unprofiled calls.
+
+    Args:
+        family: a family name (``"attention"``, ``"similarity"``, ``"gram"``: the profiled program imports it by
+            name). problem: the family's problem dict (``TuneResult.data["problem"]``).
+        config: a config of the family's space (a dict). baseline: instead of a config, one of the family's
+            baselines. seed: the inputs' seed (the tuner's is 0).
+        **kwargs: passed to :func:`profile` (metrics, kernel, report, timeout, clock_control, ...).
+    """
+    from tunelab.profile_target import family_command
+
+    if "profile_from_start" in kwargs:
+        raise ProfileError("profile_config profiles one call between cudaProfilerStart and Stop; "
+                           "profile_from_start cannot be set")
+    cmd = family_command(family, problem, config=config, baseline=baseline, warmup=warmup, device=device, seed=seed)
+    return profile(cmd, profile_from_start=False, **kwargs)
+
+
+#: What :func:`profile_tuned` profiles by default: the tuned winner, the family's default config and the
+#: strongest baseline of the confirmation.
+TUNED_ARMS: tuple[str, ...] = ("best", "default", "baseline")
+
+
+@dataclass
+class TunedProfile:
+    """:func:`profile_tuned`'s answer: one :class:`ProfileResult` per arm, in order, with what each arm is and the
+    time the tuner's timer measured for it (the confirmation's median, µs; None when it did not run)."""
+
+    family: str
+    problem: dict
+    arms: dict[str, ProfileResult]
+    described: dict[str, str]
+    timer_us: dict[str, float | None]
+    notes: list[str] = field(default_factory=list)
+
+    def total_us(self, arm: str) -> float | None:
+        """The arm's kernels' durations under ncu, summed (µs)."""
+        times = [k.duration_us for k in self.arms[arm].kernels]
+        return None if not times or any(t is None for t in times) else float(sum(times))
+
+    def table(self, *, width: int | None = None) -> str:
+        """One row per kernel of each arm (time under ncu, SM / DRAM / L2 % of peak, occupancy, registers, the
+        limiter, the bound, the top stalls), and a line per arm with its kernels' total and the timer's median."""
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"ncu: {self.family} {self.problem}")
+        for name in ("arm", "kernel", "grid x block", "µs", "SM %", "DRAM %", "L2 %", "occ. %", "regs", "limit",
+                     "bound", "top stalls (cycles/instr)"):
+            t.add_column(name, overflow="fold")
+        for arm, result in self.arms.items():
+            for i, k in enumerate(result.kernels):
+                s = k.summary()
+                t.add_row(arm if i == 0 else "", k.short_name, f"{_dims(k.grid)} x {_dims(k.block)}",
+                          _fmt(s["duration_us"], 1), _fmt(s["sm_pct"], 0), _fmt(s["dram_pct"], 0),
+                          _fmt(s["l2_pct"], 0), _fmt(s["achieved_occupancy_pct"], 0), _fmt(s["registers"], 0),
+                          s["occupancy_limit"] or "-", s["bound"],
+                          ", ".join(f"{r} {v:.1f}" for r, v in s["stalls"]) or "-", end_section=i == len(result.kernels) - 1)
+        console = Console(width=width or 200, record=True, file=io.StringIO())
+        console.print(t)
+        for arm in self.arms:
+            timer = self.timer_us.get(arm)
+            console.print(f"{arm}: {self.described[arm]}; {len(self.arms[arm].kernels)} kernel(s), "
+                          f"{_fmt(self.total_us(arm), 1)} µs under ncu"
+                          + (f", {timer:.1f} µs by the tuner's timer (confirmation median)" if timer else ""))
+        for note in self.notes:
+            console.print(note)
+        console.print("ncu flushes the caches clean and serializes kernels: its times are not the timer's "
+                      "(tunelab.profile's docstring says why)")
+        return console.export_text()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: the problem, and per arm what it is, the timer's median and :meth:`ProfileResult.to_json`."""
+        return {"family": self.family, "problem": self.problem, "notes": self.notes,
+                "arms": {arm: {"described": self.described[arm], "timer_us": self.timer_us.get(arm),
+                               "ncu_total_us": self.total_us(arm), **r.to_json()} for arm, r in self.arms.items()}}
+
+
+def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS) -> tuple[list[tuple[str, str, dict | None,
+                                                                                   str | None, float | None]],
+                                                                        list[str]]:
+    """The arms :func:`profile_tuned` profiles for a tuning result: ``[(label, description, config or None,
+    baseline or None, timer median µs or None)]`` and notes (an arm left out, and why).
+
+    ``which``: ``"best"`` (the confirmed winner, else the search's best), ``"default"`` (the family's default
+    config), ``"baseline"`` (the confirmation's fastest baseline, else the family's first) and
+    ``"baseline:NAME"``; a config already listed is profiled once."""
+    from tunelab.tuning.results import TuneResult
+
+    r = result if isinstance(result, TuneResult) else TuneResult(result)
+    conf = r.confirmation
+    arms_by_label = {a.label: a for a in conf.arms} if conf is not None else {}
+
+    def timer(label: str | None) -> float | None:
+        a = arms_by_label.get(label) if label else None
+        m = a.summary.get("median") if a is not None else None
+        return float(m) if m is not None else None
+
+    out: list = []
+    notes: list[str] = []
+    seen: dict[str, str] = {}
+    for w in which:
+        if w == "best":
+            cfg = r.best_config
+            if cfg is None:
+                notes.append("best: the study has no measured config")
+                continue
+            label = conf.best if conf is not None and conf.best else None
+            item = ("best", f"the tuned winner ({label or 'the search best'}, {_config_text(cfg)})", cfg, None,
+                    timer(label))
+        elif w == "default":
+            cfg = r.data.get("default_config")
+            if cfg is None:
+                notes.append("default: the result records no default config")
+                continue
+            label = next((a.label for a in arms_by_label.values() if a.is_default), None)
+            item = ("default", f"the default config ({_config_text(cfg)})", cfg, None, timer(label))
+        elif w == "baseline" or w.startswith("baseline:"):
+            name = w.partition(":")[2] or (conf.best_baseline if conf is not None else None)
+            if not name:
+                from tunelab.tuning.family import get_family
+
+                fam = get_family(r.data["family"])
+                names = list((fam.baselines(fam.problem_from_dict(r.data["problem"])) or {}).keys())
+                if not names:
+                    notes.append(f"baseline: {fam.name} has no baseline")
+                    continue
+                name = names[0]
+            item = (f"baseline:{name}", f"the baseline {name}", None, name, timer(name))
+        else:
+            raise ProfileError(f"arm {w!r} is not known; accepted: best, default, baseline, baseline:NAME")
+        key = json.dumps(item[2], sort_keys=True) if item[2] is not None else f"baseline:{item[3]}"
+        if key in seen:
+            notes.append(f"{item[0]}: the same config as {seen[key]}, profiled once")
+            continue
+        seen[key] = item[0]
+        out.append(item)
+    if not out:
+        raise ProfileError(f"nothing to profile in this result for {list(which)}: " + "; ".join(notes))
+    return out, notes
+
+
+def _config_text(config: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def profile_tuned(result: Any, which: Sequence[str] = TUNED_ARMS, *, warmup: int = 3, device: int = 0,
+                  progress: bool = True, **kwargs) -> TunedProfile:
+    """Profile a tuning result's winner next to the default config and the strongest baseline, on the problem it
+    was tuned for: why the winner is faster, in hardware counters.
+
+    Args:
+        result: a :class:`~tunelab.tuning.results.TuneResult`, its ``data`` dict, or the path of its results JSON.
+        which: the arms (:func:`tuned_arms`): ``best``, ``default``, ``baseline`` and ``baseline:NAME``.
+        warmup, device: as in :func:`profile_config`. progress: print a line as each arm starts.
+        **kwargs: passed to :func:`profile` for each arm (metrics, kernel, timeout, ...); ``report`` is a path
+            prefix here, one report per arm (``PREFIX_best.ncu-rep``, ...).
+
+    Returns a :class:`TunedProfile` (``.table()``, ``.to_json()``, ``.arms[label]``).
+    """
+    from tunelab.tuning.results import TuneResult, load_results
+
+    if isinstance(result, (str, os.PathLike)):
+        result = TuneResult(load_results(result))
+    elif not isinstance(result, TuneResult):
+        result = TuneResult(dict(result))
+    if result.data.get("mode") not in (None, "gpu"):
+        raise ProfileError(f"this result was made in {result.data.get('mode')!r} mode (not measured on a GPU): its "
+                           "configs can still be profiled with profile_config(), but there is no tuned winner to check")
+    family, problem = result.data["family"], dict(result.data["problem"])
+    arms, notes = tuned_arms(result, which)
+    report = kwargs.pop("report", None)
+    profiles: dict[str, ProfileResult] = {}
+    for i, (label, described, cfg, baseline, _) in enumerate(arms, 1):
+        if progress:
+            print(f"[{i}/{len(arms)}] profiling {label}: {described}", file=sys.stderr, flush=True)
+        rep = None if report is None else f"{os.fspath(report)}_{label.replace(':', '_')}"
+        profiles[label] = profile_config(family, problem, cfg, baseline=baseline, warmup=warmup, device=device,
+                                         report=rep, **kwargs)
+    return TunedProfile(family, problem, profiles, {a[0]: a[1] for a in arms}, {a[0]: a[4] for a in arms}, notes)

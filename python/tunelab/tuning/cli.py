@@ -90,6 +90,9 @@ def register(subparsers) -> None:
     p.add_argument("--results", metavar="FILE", help="write the results JSON here (default: under the cache dir)")
     p.add_argument("--no-store", action="store_true", help="do not write the winner to the tuned-config store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--profile", action="store_true",
+                   help="then profile the winner, the default config and the strongest baseline with Nsight "
+                        "Compute (ncu) and print why the winner is faster (tunelab profile --result does it later)")
     p.set_defaults(func=cmd_tune)
 
     p = subparsers.add_parser("show", help="print a results JSON written by `tunelab tune`")
@@ -141,6 +144,13 @@ def cmd_tune(args) -> int:
                           "or --replay FILE")
     if args.seed_trials < 0:
         raise ConfigError(f"--seed-trials {args.seed_trials} must be >= 0")
+    if args.profile:
+        if args.replay is not None:
+            raise ConfigError("--profile reads hardware counters on this GPU; a --replay run measures nothing here "
+                              "(profile a config with tunelab.profile.profile_config on a GPU instead)")
+        from tunelab.profile import find_ncu
+
+        find_ncu()  # before the study: a missing ncu says so now, not after an hour of tuning
     problem = problem_from_args(args.family, args) if args.shape is not None else None
     result = tune(args.family, problem, trials=args.trials, seed_trials=args.seed_trials, sampler=args.sampler,
                   seed=args.seed, timeout=args.timeout, patience=args.patience,
@@ -156,6 +166,10 @@ def cmd_tune(args) -> int:
         console.print("[yellow]interrupted: every finished trial is saved; run the same command again to resume "
                       "the study[/yellow]")
         return 130
+    if args.profile:
+        from tunelab.profile import profile_tuned
+
+        console.print(profile_tuned(result, progress=not args.quiet).table(width=console.width), end="")
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from pathlib import Path
+from typing import Sequence
 
 from tunelab.errors import TunelabError
 from tunelab.jsonfile import read_json, write_json
@@ -141,6 +142,15 @@ class TuneResult:
         from tunelab.report import plot_confirmation
 
         return plot_confirmation(self, ax=ax)
+
+    def profile(self, which: Sequence[str] = ("best", "default", "baseline"), **kwargs):
+        """Profile the winner, the default config and the strongest baseline with Nsight Compute, on this GPU and
+        this problem: why the winner is faster, in hardware counters. See :func:`tunelab.profile.profile_tuned`
+        (``which``, ``warmup``, ``device``, ``timeout``, ``report``, ...); returns its
+        :class:`~tunelab.profile.TunedProfile` (``print(p.table())``)."""
+        from tunelab.profile import profile_tuned
+
+        return profile_tuned(self, which, **kwargs)
 
     def summary(self) -> str:
         """A few lines: problem, best config, latency, verdict, budget used."""
