@@ -20,6 +20,9 @@ DETAILS = DATA / "similarity_100x50000x768x10_details.csv"
 # the same command at 18f6384, read back as tunelab reads it (--print-units base): what the stand-in serves
 RAW_BASE = DATA / "similarity_100x50000x768x10_raw_base.csv"
 DETAILS_BASE = DATA / "similarity_100x50000x768x10_details_base.csv"
+# `bash benchmarks/profile_tuned.sh _h200`: every counter of our search and of torch's top-k (15 kernels)
+TUNED_PROFILE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / \
+    "profile_tuned_similarity_100x50000x768x10_h200.json"
 
 
 def test_the_h200_report_parses_into_the_search_and_its_select():
@@ -44,6 +47,26 @@ def test_the_h200_report_parses_into_the_search_and_its_select():
     s = search.summary()
     assert s["dram_bytes"] == pytest.approx(76_990_976 + 3_528_448) and s["kernel"] == "similarity_topk"
     json.dumps([k.to_json() for k in kernels])  # JSON-ready
+
+
+def test_the_bound_reads_l1_over_elapsed_time_like_the_other_units():
+    """torch's top-k on the H200 (`benchmarks/profile_tuned.sh _h200`): its one-block fill and scan-init kernels read
+    113% and 154% of L1's peak over the SMs' active cycles, ncu's L1 figure; over elapsed time, as DRAM's and L2's
+    are, they are latency-bound, and the kernels that fill every SM keep their figures."""
+    doc = json.loads(TUNED_PROFILE.read_text())
+    kernels = {}
+    for k in doc["arms"]["baseline:torch_topk"]["kernels"] + doc["arms"]["best"]["kernels"]:
+        kp = P.KernelProfile(0, k["name"], (), (), k["metrics"], k["units"])
+        kernels.setdefault(kp.short_name, kp)
+    fill, init = kernels["fill"], kernels["DeviceScanByKeyInitKernel"]
+    assert fill.value(P.L1_PCT) == pytest.approx(113.3, abs=0.5) and init.value(P.L1_PCT) > 150
+    for k in (fill, init):
+        assert k.l1_elapsed_pct() < 5 and k.bound().startswith("latency"), k.bound()
+    search = kernels["similarity_topk"]
+    assert search.bound() == "memory: L2 84% of peak"
+    assert search.l1_elapsed_pct() == pytest.approx(search.value(P.L1_PCT), rel=0.2)
+    assert all(k.summary()["l1_pct"] <= 100 for k in kernels.values())
+    assert P.KernelProfile(0, "k", (), (), {P.L1_PCT: 70.0}).l1_elapsed_pct() is None
 
 
 def test_rules_and_table():
@@ -297,6 +320,35 @@ def test_readme_profile_figures_are_those_of_the_results():
         assert q in flat, q
     assert search["bound"].startswith("memory: L2") and select["bound"].startswith("latency")
     assert all(r != "selected" for k in (search, select, attention, gram) for r, _ in k["stalls"])
+
+
+def test_readme_tuned_profile_figures_are_those_of_the_results():
+    """The README's paragraph on `benchmarks/profile_tuned.sh` quotes its two result files."""
+    root = Path(__file__).resolve().parents[1]
+    flat = " ".join((root / "README.md").read_text().split())
+    tune = json.loads((root / "benchmarks" / "results" / "tune_similarity_100x50000x768x10_profiled_h200.json")
+                      .read_text())
+    doc = json.loads(TUNED_PROFILE.read_text())
+    assert f"`bash benchmarks/profile_tuned.sh _h200` at {doc['environment']['git_commit'][:7]}" in flat
+    assert tune["env"]["git_commit"][:7] == doc["environment"]["git_commit"][:7]
+    assert doc["notes"] == ["default: the same config as best, profiled once"]  # "kept the default config"
+    ours, theirs = doc["arms"]["best"], doc["arms"]["baseline:torch_topk"]
+    search, select = (k["summary"] for k in ours["kernels"])
+    gemm, *rest = (k["summary"] for k in theirs["kernels"])
+    speedup = tune["confirmation"]["speedup_vs_baseline"]["estimate"]
+    quoted = [f"a {tune['evaluations']}-trial study", f"{ours['timer_us']:.1f} µs by the timer against torch's "
+              f"{theirs['timer_us']:.1f} ({speedup:.2f}x)", f"ours is {len(ours['kernels'])} kernels, "
+              f"{ours['ncu_total_us']:.1f} µs", f"the search {search['duration_us']:.1f} µs, memory-bound on L2 "
+              f"({search['l2_pct']:.0f}%)", f"the select {select['duration_us']:.1f} µs",
+              f"torch's is {len(theirs['kernels'])} kernels, {theirs['ncu_total_us']:.1f} µs",
+              f"GEMM (`nvjet_*`) {gemm['duration_us']:.1f} µs", f"(L2 {gemm['l2_pct']:.0f}%)",
+              f"in {len(rest)} latency-bound kernels, {sum(k['duration_us'] for k in rest):.1f} µs",
+              f"`gatherTopK`, {max(k['duration_us'] for k in rest):.1f} µs"]
+    for q in quoted:
+        assert q in flat, q
+    assert gemm["kernel"].startswith("nvjet") and max(rest, key=lambda k: k["duration_us"])["kernel"] == "gatherTopK"
+    assert all(P.KernelProfile(0, k["name"], (), (), k["metrics"]).bound().startswith("latency")
+               for k in theirs["kernels"][1:])
 
 
 def test_runs_replace_old_reports_stop_on_time_and_take_metric_forms(fake_ncu, tmp_path, monkeypatch):

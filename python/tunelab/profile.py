@@ -58,8 +58,10 @@ L1_PCT = "l1tex__throughput.avg.pct_of_peak_sustained_active"
 DRAM_READ = "dram__bytes_read.sum"
 DRAM_WRITE = "dram__bytes_write.sum"
 OCCUPANCY_PCT = "sm__warps_active.avg.pct_of_peak_sustained_active"
+SM_ACTIVE_CYCLES = "sm__cycles_active.avg"
+ELAPSED_CYCLES = "gpc__cycles_elapsed.avg"
 DEFAULT_METRICS: tuple[str, ...] = (DURATION, SM_PCT, MEMORY_PCT, DRAM_PCT, L2_PCT, L1_PCT, DRAM_READ, DRAM_WRITE,
-                                    OCCUPANCY_PCT)
+                                    OCCUPANCY_PCT, SM_ACTIVE_CYCLES, ELAPSED_CYCLES)
 
 #: Stall-reason metrics of the WarpStateStats section: cycles a warp spends stalled for that reason per issued
 #: instruction (``no_instruction``: instruction-cache misses; ``long_scoreboard``: global memory; ``barrier``: block
@@ -181,11 +183,22 @@ class KernelProfile:
         n = min(v for v, _ in limits)
         return f"{', '.join(what for v, what in limits if v == n)} ({n} block{'s' if n != 1 else ''}/SM)"
 
+    def l1_elapsed_pct(self) -> float | None:
+        """L1's throughput in % of peak over the kernel's elapsed time, as DRAM's and L2's are: ncu's L1 figure
+        (``l1tex__throughput...active``) is over the SMs' active cycles only, so a kernel of one block on one SM
+        reads up to 154% there (torch's scan kernels on the H200); scaled here by the SMs' mean active fraction
+        (``sm__cycles_active.avg`` over ``gpc__cycles_elapsed.avg``). None without those counters."""
+        active, busy, elapsed = self.value(L1_PCT), self.value(SM_ACTIVE_CYCLES), self.value(ELAPSED_CYCLES)
+        if active is None or busy is None or not elapsed:
+            return None
+        return active * min(1.0, busy / elapsed)
+
     def bound(self) -> str:
         """What bounds the kernel by ncu's speed of light: the busiest of the SM and the memory units (DRAM, L2,
-        L1) at its % of peak, or "latency" when neither reaches BUSY_PCT (then the stall reasons say why)."""
+        L1, each in % of peak over the kernel's elapsed time; :meth:`l1_elapsed_pct`) at its % of peak, or
+        "latency" when none reaches BUSY_PCT (then the stall reasons say why)."""
         sm = self.value(SM_PCT)
-        mem = {"DRAM": self.value(DRAM_PCT), "L2": self.value(L2_PCT), "L1": self.value(L1_PCT)}
+        mem = {"DRAM": self.value(DRAM_PCT), "L2": self.value(L2_PCT), "L1": self.l1_elapsed_pct()}
         mem = {k: v for k, v in mem.items() if v is not None}
         if sm is None and not mem:
             return "unknown (no speed-of-light metrics)"
@@ -200,7 +213,7 @@ class KernelProfile:
         """The headline figures as a plain dict (what :meth:`ProfileResult.table` shows)."""
         return {"id": self.id, "kernel": self.short_name, "grid": list(self.grid), "block": list(self.block),
                 "duration_us": self.duration_us, "sm_pct": self.value(SM_PCT), "dram_pct": self.value(DRAM_PCT),
-                "l2_pct": self.value(L2_PCT), "l1_pct": self.value(L1_PCT),
+                "l2_pct": self.value(L2_PCT), "l1_pct": self.l1_elapsed_pct(), "l1_active_pct": self.value(L1_PCT),
                 "achieved_occupancy_pct": self.value(OCCUPANCY_PCT),
                 "registers": self.value("launch__registers_per_thread"),
                 "dynamic_smem_bytes": self.value("launch__shared_mem_per_block_dynamic"),
