@@ -65,8 +65,13 @@ def test_the_bound_reads_l1_over_elapsed_time_like_the_other_units():
     search = kernels["similarity_topk"]
     assert search.bound() == "memory: L2 84% of peak"
     assert search.l1_elapsed_pct() == pytest.approx(search.value(P.L1_PCT), rel=0.2)
-    assert all(k.summary()["l1_pct"] <= 100 for k in kernels.values())
+    assert all(k.summary()["l1_elapsed_pct"] <= 100 for k in kernels.values())
+    assert fill.summary()["l1_pct"] == fill.value(P.L1_PCT)  # ncu's own figure, as before
     assert P.KernelProfile(0, "k", (), (), {P.L1_PCT: 70.0}).l1_elapsed_pct() is None
+    # ncu's elapsed figure, when collected, is taken as it is
+    direct = P.KernelProfile(0, "k", (), (), {P.L1_PCT: 150.0, P.L1_ELAPSED_PCT: 12.0, P.SM_ACTIVE_CYCLES: 9.0,
+                                               P.SM_ELAPSED_CYCLES: 10.0})
+    assert direct.l1_elapsed_pct() == 12.0
 
 
 def test_rules_and_table():
@@ -198,7 +203,9 @@ def test_profile_runs_the_program_under_ncu_and_reads_its_report(fake_ncu, tmp_p
     assert argv[argv.index("--launch-count") + 1] == "3" and "--profile-from-start" not in argv
     assert result.report == str(tmp_path / "keep" / "sim.ncu-rep") and Path(result.report).is_file()
     assert [k.short_name for k in result.kernels] == ["similarity_topk", "similarity_select"]
-    assert result.kernels[0].rules and result.missing_metrics == [] and result.ncu_version.startswith("Version")
+    # the stand-in's report was recorded before these two joined the defaults: listed as missing, no error
+    assert result.missing_metrics == [P.L1_ELAPSED_PCT, P.SM_ELAPSED_CYCLES]
+    assert result.kernels[0].rules and result.ncu_version.startswith("Version")
     # without a report path the report goes to a temporary folder, removed
     assert P.profile(prog).report is None
 
@@ -376,7 +383,7 @@ def test_runs_replace_old_reports_stop_on_time_and_take_metric_forms(fake_ncu, t
                         f"str(bool(os.environ.get('PATH'))))"],
                        metrics=["dram__bytes_read", "regex:smsp__.*", " sm__throughput.avg.pct_of_peak_sustained_elapsed "],
                        env={"FOO": "bar"})
-    assert seen.read_text() == "barTrue" and result.missing_metrics == []
+    assert seen.read_text() == "barTrue" and result.missing_metrics == [P.L1_ELAPSED_PCT, P.SM_ELAPSED_CYCLES]
     argv = fake_ncu()[-1]
     assert "regex:smsp__.*" in argv[argv.index("--metrics") + 1].split(",")
     with pytest.raises(P.ProfileError, match="profile_from_start cannot be set"):
@@ -406,6 +413,7 @@ def test_a_tuning_result_is_profiled_arm_by_arm_as_the_tuner_timed_it(fake_ncu, 
     """The winner, the default config and the strongest baseline of a real result (an H100's 100 x 50K search),
     each in its own profiled program that rebuilds the tuner's inputs and timing closure, with the confirmation's
     medians beside ncu's times."""
+    from tunelab.errors import ConfigError
     from tunelab.tuning.results import TuneResult, load_results
 
     monkeypatch.setenv("FAKE_NCU_SKIP_PROGRAM", "1")  # the child needs a GPU; the stand-in only records it
@@ -427,6 +435,7 @@ def test_a_tuning_result_is_profiled_arm_by_arm_as_the_tuner_timed_it(fake_ncu, 
     assert tuned.timer_us["baseline:torch_topk"] == pytest.approx(137.136, abs=1e-3)
     assert tuned.total_us("best") == pytest.approx(sum(k.duration_us for k in tuned.arms["best"].kernels))
     assert (tmp_path / "rep_baseline_torch_topk.ncu-rep").is_file() and (tmp_path / "rep_best.ncu-rep").is_file()
+    assert P._report_path(tmp_path / "x.ncu-rep", "baseline:a b/c") == str(tmp_path / "x_baseline_a_b_c")
     text = " ".join(tuned.table().split())
     for want in ("the tuned winner (candidate 1, BLOCK_N=", "53.5 µs by the tuner's timer", "the baseline torch_topk",
                  "137.1 µs by the tuner's timer", "similarity_topk"):
@@ -439,15 +448,22 @@ def test_a_tuning_result_is_profiled_arm_by_arm_as_the_tuner_timed_it(fake_ncu, 
     same = json.loads(json.dumps(data))
     same["confirmation"]["arms"][0]["config"] = dict(data["default_config"])
     arms, notes = P.tuned_arms(same, ["best", "default", "baseline:torch_topk"])
-    assert [a[0] for a in arms] == ["best", "baseline:torch_topk"]
+    assert [a.label for a in arms] == ["best", "baseline:torch_topk"]
     assert notes == ["default: the same config as best, profiled once"]
-    with pytest.raises(P.ProfileError, match=r"arm 'fastest' is not known; accepted: best, default, baseline"):
+    with pytest.raises(P.ProfileError, match=r"arm\(s\) \['fastest'\] not known; accepted: best, default, baseline"):
         P.tuned_arms(data, ["fastest"])
     replayed = dict(data, mode="replay")
     with pytest.raises(P.ProfileError, match="made in 'replay' mode"):
         P.profile_tuned(replayed)
-    with pytest.raises(Exception, match=r"no baseline 'cublas' for this problem; its baselines are \['torch_topk'\]"):
-        P.profile_tuned(data, ["baseline:cublas"], progress=False)
+    with pytest.raises(P.ProfileError, match=r"has no \['problem'\]"):
+        P.profile_tuned({"family": "similarity"})
+    # every arm is checked before ncu starts: a bad last arm costs no profile of the first ones
+    runs_before = len(fake_ncu())
+    with pytest.raises(ConfigError, match=r"no baseline 'cublas' for this problem; its baselines are \['torch_topk'\]"):
+        P.profile_tuned(data, ["best", "baseline:cublas"], progress=False)
+    with pytest.raises(P.ProfileError, match="contains '%'"):
+        P.profile_tuned(data, ["best"], progress=False, report=tmp_path / "r%p")
+    assert len(fake_ncu()) == runs_before
 
     # the command line: --result, --arms, --out
     from tunelab.cli import main
@@ -456,6 +472,7 @@ def test_a_tuning_result_is_profiled_arm_by_arm_as_the_tuner_timed_it(fake_ncu, 
     assert main(["profile", "--result", str(TUNED), "--arms", "best,baseline", "--out", str(out)]) == 0
     assert len(fake_ncu()) == 5
     doc = json.loads(out.read_text())
+    # tuned on an H100, profiled elsewhere: no driver here, so no note; the note itself is tested below
     assert list(doc["arms"]) == ["best", "baseline:torch_topk"] and doc["environment"]["tunelab_version"]
     io = capsys.readouterr()
     assert "the tuned winner" in io.out and "[1/2] profiling best" in io.err
@@ -487,6 +504,60 @@ def test_the_family_target_checks_its_arguments_without_a_gpu(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tunelab.profile_target", "family", "similarity", "--problem", "{nq"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--problem: '{nq' is not JSON" in bad.stderr
+
+
+def test_the_family_target_rebuilds_what_the_parent_checked(monkeypatch):
+    """The child's arguments carry the config, problem and family through JSON unchanged, and a family that is not
+    tunelab's own travels by its worker_ref (here the example family, rebuilt with its keyword arguments)."""
+    from tunelab import profile_target as T
+    from tunelab.errors import ConfigError
+    from tunelab.tuning.examples import ScaleFamily
+    from tunelab.tuning.family import get_family
+
+    data = json.loads(TUNED.read_text())
+    seen = {}
+
+    def fake_call(family, problem, *, config=None, baseline=None, device=0, seed=0):
+        seen.update(family=family, problem=problem, config=config, baseline=baseline, device=device, seed=seed)
+        return lambda: None
+
+    monkeypatch.setattr(T, "make_family_call", fake_call)
+    cmd = T.family_command("similarity", data["problem"], config=data["default_config"], warmup=1, device=2, seed=5)
+    assert T._family_main(cmd[4:])[0] == 1
+    assert seen["config"] == data["default_config"] and seen["problem"] == data["problem"]
+    assert T.resolve_family(seen["family"]).name == "similarity" and (seen["device"], seen["seed"]) == (2, 5)
+    scale = ScaleFamily(faults={"trap": [{"BLOCK": 128, "UNROLL": 1}]})
+    cmd = T.family_command(scale, {"n": 1000}, baseline="torch_mul")
+    T._family_main(cmd[4:])
+    rebuilt = T.resolve_family(seen["family"])
+    assert isinstance(rebuilt, ScaleFamily) and rebuilt.faults == scale.faults and seen["baseline"] == "torch_mul"
+
+    class Local(type(get_family("gram"))):
+        name = "local_gram"
+
+        def worker_ref(self):
+            return self
+
+    with pytest.raises(ConfigError, match=r"family 'local_gram' cannot be rebuilt in the profiled program.*module:attr"):
+        T.family_command(Local(), {"n": 64, "dim": 8, "dtype": "fp32"}, baseline="torch_matmul_abs2")
+    fam = get_family("similarity")
+    space = fam.space(fam.problem_from_dict(data["problem"]))
+    bad = dict(data["default_config"], WARPS_N=1, WARPS_Q=1, BLOCK_Q=8, MMA=0, MERGE=0, BLOCK_N=64)
+    assert space.rejection(space.validate(bad)) is not None or fam.static_gates(space.complete(bad), None)
+    with pytest.raises(ConfigError, match=r"cannot run on this problem \(static\."):
+        T.check_family("similarity", data["problem"], config=bad)
+
+
+def test_a_result_tuned_on_another_gpu_says_so(monkeypatch):
+    from tunelab import _core
+    from tunelab.tuning.results import TuneResult
+
+    data = json.loads(TUNED.read_text())  # an H100's
+    monkeypatch.setattr(_core, "device_info", lambda i: {"name": "NVIDIA H200", "uuid": "GPU-x"})
+    note = P._device_note(TuneResult(data), 0)
+    assert note.startswith("the result was tuned on NVIDIA H100") and "this is NVIDIA H200 (GPU-x)" in note
+    monkeypatch.setattr(_core, "device_info", lambda i: dict(data["device"]))
+    assert P._device_note(TuneResult(data), 0) is None
 
 
 def test_tune_profile_is_refused_where_it_cannot_run(tmp_path, monkeypatch, capsys):

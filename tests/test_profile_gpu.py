@@ -91,13 +91,16 @@ def test_profile_tuned_profiles_the_arms_as_the_tuner_ran_them(ncu):
     assert tuned.total_us("best") > 0 and "similarity_topk" in tuned.table()
 
 
-def test_tune_then_profile_from_the_command_line(ncu, tmp_path):
+def test_tune_then_profile_from_the_command_line(ncu, tmp_path, capsys):
     from tunelab.cli import main
 
     results = tmp_path / "gram.json"
     assert main(["tune", "gram", "--shape", "1024,64", "--dtype", "fp32", "--trials", "4", "--seed-trials", "2",
                  "--confirm-rounds", "10", "--storage", "memory", "--no-store", "--quiet", "--results", str(results),
                  "--profile"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "best: the tuned winner" in printed and "similarity_gram" in printed
+    assert "µs by the tuner's timer (confirmation median)" in printed and "tuned on" not in printed
     out = tmp_path / "p.json"
     assert main(["profile", "--result", str(results), "--arms", "best,baseline", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())

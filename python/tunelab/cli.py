@@ -100,8 +100,8 @@ def parse_shape(text: str) -> list[int]:
 
 
 def _cmd_profile(args) -> int:
-    """``tunelab profile``: profile an op's call (--op) or a command (after --); print the table or JSON, write
-    --out."""
+    """``tunelab profile``: profile an op's call (--op), a tuning result's arms (--result) or a command (after --);
+    print the table or JSON, write --out."""
     from tunelab.jsonfile import write_json
     from tunelab.profile import ProfileError, profile, profile_op
 
@@ -117,7 +117,9 @@ def _cmd_profile(args) -> int:
             raise ProfileError(f"--result profiles the tuned problem's arms; {', '.join(given)} cannot be given with it")
         from tunelab.profile import profile_tuned
 
-        arms = [a.strip() for a in (args.arms or "best,default,baseline").split(",") if a.strip()]
+        from tunelab.profile import TUNED_ARMS
+
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else list(TUNED_ARMS)
         result = profile_tuned(args.result, arms, progress=not args.json, **common)
     elif args.arms:
         raise ProfileError("--arms chooses among a tuning result's arms: give it with --result FILE.json")
@@ -214,7 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch-count", type=int, metavar="N", help="profile at most N launches")
     p.add_argument("--clock-control", default="none", choices=["none", "base"],
                    help="none (default): clocks as the program runs them; base: ncu's lock to base clock")
-    p.add_argument("--report", metavar="PATH", help="keep ncu's .ncu-rep report here (for the Nsight Compute GUI)")
+    p.add_argument("--report", metavar="PATH", help="keep ncu's .ncu-rep report here (for the Nsight Compute GUI); with "
+                                                    "--result a prefix: PATH_best.ncu-rep, PATH_default.ncu-rep, ...")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop the run after this long")
     p.add_argument("--out", metavar="FILE.json", help="write every counter and the environment fingerprint here")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")

@@ -30,7 +30,6 @@ from __future__ import annotations
 import csv
 import functools
 import io
-import json
 import math
 import os
 import re
@@ -58,10 +57,12 @@ L1_PCT = "l1tex__throughput.avg.pct_of_peak_sustained_active"
 DRAM_READ = "dram__bytes_read.sum"
 DRAM_WRITE = "dram__bytes_write.sum"
 OCCUPANCY_PCT = "sm__warps_active.avg.pct_of_peak_sustained_active"
+L1_ELAPSED_PCT = "l1tex__throughput.avg.pct_of_peak_sustained_elapsed"
 SM_ACTIVE_CYCLES = "sm__cycles_active.avg"
-ELAPSED_CYCLES = "gpc__cycles_elapsed.avg"
-DEFAULT_METRICS: tuple[str, ...] = (DURATION, SM_PCT, MEMORY_PCT, DRAM_PCT, L2_PCT, L1_PCT, DRAM_READ, DRAM_WRITE,
-                                    OCCUPANCY_PCT, SM_ACTIVE_CYCLES, ELAPSED_CYCLES)
+SM_ELAPSED_CYCLES = "sm__cycles_elapsed.avg"
+GPC_ELAPSED_CYCLES = "gpc__cycles_elapsed.avg"
+DEFAULT_METRICS: tuple[str, ...] = (DURATION, SM_PCT, MEMORY_PCT, DRAM_PCT, L2_PCT, L1_PCT, L1_ELAPSED_PCT, DRAM_READ,
+                                    DRAM_WRITE, OCCUPANCY_PCT, SM_ACTIVE_CYCLES, SM_ELAPSED_CYCLES)
 
 #: Stall-reason metrics of the WarpStateStats section: cycles a warp spends stalled for that reason per issued
 #: instruction (``no_instruction``: instruction-cache misses; ``long_scoreboard``: global memory; ``barrier``: block
@@ -184,11 +185,17 @@ class KernelProfile:
         return f"{', '.join(what for v, what in limits if v == n)} ({n} block{'s' if n != 1 else ''}/SM)"
 
     def l1_elapsed_pct(self) -> float | None:
-        """L1's throughput in % of peak over the kernel's elapsed time, as DRAM's and L2's are: ncu's L1 figure
-        (``l1tex__throughput...active``) is over the SMs' active cycles only, so a kernel of one block on one SM
-        reads up to 154% there (torch's scan kernels on the H200); scaled here by the SMs' mean active fraction
-        (``sm__cycles_active.avg`` over ``gpc__cycles_elapsed.avg``). None without those counters."""
-        active, busy, elapsed = self.value(L1_PCT), self.value(SM_ACTIVE_CYCLES), self.value(ELAPSED_CYCLES)
+        """L1's throughput in % of peak over the kernel's elapsed time, as DRAM's and L2's are. ncu's L1 figure in
+        its speed-of-light section (``l1tex__throughput...active``) is over the SMs' active cycles only, so a kernel
+        of one block on one SM reads up to 154% there (torch's scan kernels on the H200). This is ncu's elapsed
+        figure when collected, else the active one times the SMs' mean active fraction (``sm__cycles_active.avg``
+        over ``sm__cycles_elapsed.avg``, or ``gpc__cycles_elapsed.avg`` in reports without it: the same clock),
+        which is the same quantity; None without those counters."""
+        direct = self.value(L1_ELAPSED_PCT)
+        if direct is not None:
+            return direct
+        active, busy = self.value(L1_PCT), self.value(SM_ACTIVE_CYCLES)
+        elapsed = self.value(SM_ELAPSED_CYCLES) or self.value(GPC_ELAPSED_CYCLES)
         if active is None or busy is None or not elapsed:
             return None
         return active * min(1.0, busy / elapsed)
@@ -213,7 +220,7 @@ class KernelProfile:
         """The headline figures as a plain dict (what :meth:`ProfileResult.table` shows)."""
         return {"id": self.id, "kernel": self.short_name, "grid": list(self.grid), "block": list(self.block),
                 "duration_us": self.duration_us, "sm_pct": self.value(SM_PCT), "dram_pct": self.value(DRAM_PCT),
-                "l2_pct": self.value(L2_PCT), "l1_pct": self.l1_elapsed_pct(), "l1_active_pct": self.value(L1_PCT),
+                "l2_pct": self.value(L2_PCT), "l1_pct": self.value(L1_PCT), "l1_elapsed_pct": self.l1_elapsed_pct(),
                 "achieved_occupancy_pct": self.value(OCCUPANCY_PCT),
                 "registers": self.value("launch__registers_per_thread"),
                 "dynamic_smem_bytes": self.value("launch__shared_mem_per_block_dynamic"),
@@ -366,30 +373,42 @@ class ProfileResult:
         """A text table, one row per kernel: time under ncu, SM / DRAM / L2 % of peak, achieved occupancy,
         registers, the occupancy limiter, what bounds it and the top stall reasons."""
         from rich.console import Console
-        from rich.table import Table
 
-        t = Table(title=f"ncu: {len(self.kernels)} kernel(s) of {' '.join(self.command)[:80]}")
-        for name in ("#", "kernel", "grid x block", "µs", "SM %", "DRAM %", "L2 %", "occ. %", "regs", "limit",
-                     "bound", "top stalls (cycles/instr)"):
-            t.add_column(name, overflow="fold")
+        t = _kernel_table(f"ncu: {len(self.kernels)} kernel(s) of {' '.join(self.command)[:80]}", "#")
         for k in self.kernels:
-            s = k.summary()
-            t.add_row(str(k.id), k.short_name, f"{_dims(k.grid)} x {_dims(k.block)}", _fmt(s["duration_us"], 1),
-                      _fmt(s["sm_pct"], 0), _fmt(s["dram_pct"], 0), _fmt(s["l2_pct"], 0),
-                      _fmt(s["achieved_occupancy_pct"], 0), _fmt(s["registers"], 0), s["occupancy_limit"] or "-",
-                      s["bound"], ", ".join(f"{r} {v:.1f}" for r, v in s["stalls"]) or "-")
+            t.add_row(str(k.id), *_kernel_cells(k))
         console = Console(width=width or 200, record=True, file=io.StringIO())
         console.print(t)
         if self.missing_metrics:
-            console.print(f"not collected on this GPU / ncu: {', '.join(self.missing_metrics)}")
+            console.print(f"not collected on this GPU / ncu: {', '.join(self.missing_metrics)}", markup=False)
         if self.report:
-            console.print(f"report: {self.report} (open it in Nsight Compute: ncu-ui {self.report})")
+            console.print(f"report: {self.report} (open it in Nsight Compute: ncu-ui {self.report})", markup=False)
         return console.export_text()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready: the command, ncu, the report, the missing metrics and every kernel (:meth:`KernelProfile.to_json`)."""
         return {"command": self.command, "ncu": self.ncu, "ncu_version": self.ncu_version, "report": self.report,
                 "missing_metrics": self.missing_metrics, "kernels": [k.to_json() for k in self.kernels]}
+
+
+def _kernel_table(title: str, first: str):
+    """The kernel table's columns, after a first column ``first`` (the kernel's ID, or the arm)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for name in (first, "kernel", "grid x block", "µs", "SM %", "DRAM %", "L2 %", "occ. %", "regs", "limit", "bound",
+                 "top stalls (cycles/instr)"):
+        t.add_column(name, overflow="fold")
+    return t
+
+
+def _kernel_cells(k: KernelProfile) -> list[str]:
+    """One kernel's cells of the kernel table, after its first column."""
+    s = k.summary()
+    return [k.short_name, f"{_dims(k.grid)} x {_dims(k.block)}", _fmt(s["duration_us"], 1), _fmt(s["sm_pct"], 0),
+            _fmt(s["dram_pct"], 0), _fmt(s["l2_pct"], 0), _fmt(s["achieved_occupancy_pct"], 0),
+            _fmt(s["registers"], 0), s["occupancy_limit"] or "-", s["bound"],
+            ", ".join(f"{r} {v:.1f}" for r, v in s["stalls"]) or "-"]
 
 
 def _dims(d: tuple) -> str:
@@ -597,35 +616,42 @@ def profile_op(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal: bo
     """
     from tunelab.profile_target import target_command
 
-    if "profile_from_start" in kwargs:
-        raise ProfileError("profile_op profiles the op's one call between cudaProfilerStart and Stop; "
-                           "profile_from_start cannot be set (use profile() with your own program for that)")
+    _one_call_only("profile_op", kwargs)
     cmd = target_command(op, shape=shape, dtype=dtype, causal=causal, metric=metric, config=config, warmup=warmup,
                          device=device)
     return profile(cmd, profile_from_start=False, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------ tuned configs
-def profile_config(family: str, problem: Mapping[str, Any], config: Mapping[str, Any] | None = None, *,
+def profile_config(family: Any, problem: Mapping[str, Any], config: Mapping[str, Any] | None = None, *,
                    baseline: str | None = None, warmup: int = 3, device: int = 0, seed: int = 0,
                    **kwargs) -> ProfileResult:
     """Profile one call of a tuning family's ``config`` (or of its ``baseline``, e.g. ``"torch_topk"``) on the
     family's own inputs, launched as the tuner timed it (its timing closure), after ``warmup`` unprofiled calls.
 
     Args:
-        family: a family name (``"attention"``, ``"similarity"``, ``"gram"``: the profiled program imports it by
-            name). problem: the family's problem dict (``TuneResult.data["problem"]``).
-        config: a config of the family's space (a dict). baseline: instead of a config, one of the family's
-            baselines. seed: the inputs' seed (the tuner's is 0).
+        family: a family name (``"attention"``, ``"similarity"``, ``"gram"``) or a family object whose
+            ``worker_ref()`` names it as ``"module:attr"`` (the profiled program rebuilds it from that).
+        problem: the family's problem dict (``TuneResult.data["problem"]``).
+        config: a config of the family's space (a dict); it must pass the space's constraints and the family's
+            static gates.
+        baseline: instead of a config, one of the family's baselines.
+        warmup: unprofiled calls before the profiled one (the first compiles and fills caches).
+        device: the CUDA device.
+        seed: the inputs' seed (the tuner's default is 0).
         **kwargs: passed to :func:`profile` (metrics, kernel, report, timeout, clock_control, ...).
     """
     from tunelab.profile_target import family_command
 
-    if "profile_from_start" in kwargs:
-        raise ProfileError("profile_config profiles one call between cudaProfilerStart and Stop; "
-                           "profile_from_start cannot be set")
+    _one_call_only("profile_config", kwargs)
     cmd = family_command(family, problem, config=config, baseline=baseline, warmup=warmup, device=device, seed=seed)
     return profile(cmd, profile_from_start=False, **kwargs)
+
+
+def _one_call_only(who: str, kwargs: Mapping[str, Any]) -> None:
+    if "profile_from_start" in kwargs:
+        raise ProfileError(f"{who} profiles one call between cudaProfilerStart and Stop; profile_from_start cannot "
+                           "be set (use profile() with your own program for that)")
 
 
 #: What :func:`profile_tuned` profiles by default: the tuned winner, the family's default config and the
@@ -634,9 +660,21 @@ TUNED_ARMS: tuple[str, ...] = ("best", "default", "baseline")
 
 
 @dataclass
+class TunedArm:
+    """One arm :func:`profile_tuned` profiles: its label, what it is, its config (None for a baseline), its baseline
+    name (None for a config) and the tuner's confirmed median for it (µs; None when confirmation did not run)."""
+
+    label: str
+    described: str
+    config: dict | None
+    baseline: str | None
+    timer_us: float | None
+
+
+@dataclass
 class TunedProfile:
     """:func:`profile_tuned`'s answer: one :class:`ProfileResult` per arm, in order, with what each arm is and the
-    time the tuner's timer measured for it (the confirmation's median, µs; None when it did not run)."""
+    time the tuner's timer measured for it, and notes (arms left out or merged, another GPU's timings)."""
 
     family: str
     problem: dict
@@ -651,64 +689,80 @@ class TunedProfile:
         return None if not times or any(t is None for t in times) else float(sum(times))
 
     def table(self, *, width: int | None = None) -> str:
-        """One row per kernel of each arm (time under ncu, SM / DRAM / L2 % of peak, occupancy, registers, the
-        limiter, the bound, the top stalls), and a line per arm with its kernels' total and the timer's median."""
+        """One row per kernel of each arm (as :meth:`ProfileResult.table`), then a line per arm with its kernels'
+        total under ncu and the timer's median, and the notes."""
         from rich.console import Console
-        from rich.table import Table
 
-        t = Table(title=f"ncu: {self.family} {self.problem}")
-        for name in ("arm", "kernel", "grid x block", "µs", "SM %", "DRAM %", "L2 %", "occ. %", "regs", "limit",
-                     "bound", "top stalls (cycles/instr)"):
-            t.add_column(name, overflow="fold")
+        t = _kernel_table(f"ncu: {self.family} {self.problem}", "arm")
         for arm, result in self.arms.items():
             for i, k in enumerate(result.kernels):
-                s = k.summary()
-                t.add_row(arm if i == 0 else "", k.short_name, f"{_dims(k.grid)} x {_dims(k.block)}",
-                          _fmt(s["duration_us"], 1), _fmt(s["sm_pct"], 0), _fmt(s["dram_pct"], 0),
-                          _fmt(s["l2_pct"], 0), _fmt(s["achieved_occupancy_pct"], 0), _fmt(s["registers"], 0),
-                          s["occupancy_limit"] or "-", s["bound"],
-                          ", ".join(f"{r} {v:.1f}" for r, v in s["stalls"]) or "-", end_section=i == len(result.kernels) - 1)
+                t.add_row(arm if i == 0 else "", *_kernel_cells(k), end_section=i == len(result.kernels) - 1)
         console = Console(width=width or 200, record=True, file=io.StringIO())
         console.print(t)
         for arm in self.arms:
             timer = self.timer_us.get(arm)
             console.print(f"{arm}: {self.described[arm]}; {len(self.arms[arm].kernels)} kernel(s), "
                           f"{_fmt(self.total_us(arm), 1)} µs under ncu"
-                          + (f", {timer:.1f} µs by the tuner's timer (confirmation median)" if timer else ""))
+                          + (f", {timer:.1f} µs by the tuner's timer (confirmation median)" if timer else ""),
+                          markup=False)
         for note in self.notes:
-            console.print(note)
+            console.print(note, markup=False)
         console.print("ncu flushes the caches clean and serializes kernels: its times are not the timer's "
                       "(tunelab.profile's docstring says why)")
         return console.export_text()
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready: the problem, and per arm what it is, the timer's median and :meth:`ProfileResult.to_json`."""
+        """JSON-ready: the problem, the notes, and per arm what it is, the timer's median, ncu's total and
+        :meth:`ProfileResult.to_json`."""
         return {"family": self.family, "problem": self.problem, "notes": self.notes,
                 "arms": {arm: {"described": self.described[arm], "timer_us": self.timer_us.get(arm),
                                "ncu_total_us": self.total_us(arm), **r.to_json()} for arm, r in self.arms.items()}}
 
 
-def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS) -> tuple[list[tuple[str, str, dict | None,
-                                                                                   str | None, float | None]],
-                                                                        list[str]]:
-    """The arms :func:`profile_tuned` profiles for a tuning result: ``[(label, description, config or None,
-    baseline or None, timer median µs or None)]`` and notes (an arm left out, and why).
+def _as_tune_result(result: Any):
+    """A TuneResult from a TuneResult, its data dict or the path of its results JSON."""
+    from tunelab.tuning.results import TuneResult, load_results
+
+    if isinstance(result, TuneResult):
+        return result
+    if isinstance(result, (str, os.PathLike)):
+        return TuneResult(load_results(result))
+    if not isinstance(result, Mapping):
+        raise ProfileError(f"a tuning result is a TuneResult, its data dict or a results JSON path; got "
+                           f"{type(result).__name__}")
+    missing = [key for key in ("family", "problem") if key not in result]
+    if missing:
+        raise ProfileError(f"this tuning result has no {missing}: pass what tunelab.tune returned or its results "
+                           "JSON")
+    return TuneResult(dict(result))
+
+
+def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any = None) -> tuple[list[TunedArm],
+                                                                                             list[str]]:
+    """The arms :func:`profile_tuned` profiles for a tuning result, and notes (an arm left out or merged, and why).
 
     ``which``: ``"best"`` (the confirmed winner, else the search's best), ``"default"`` (the family's default
-    config), ``"baseline"`` (the confirmation's fastest baseline, else the family's first) and
-    ``"baseline:NAME"``; a config already listed is profiled once."""
-    from tunelab.tuning.results import TuneResult
+    config), ``"baseline"`` (the confirmation's fastest baseline, else the family's first) and ``"baseline:NAME"``;
+    a config already listed is profiled once. ``family``: the family object, when the result's family name is not
+    one tunelab can look up."""
+    from tunelab.tuning.family import get_family
 
-    r = result if isinstance(result, TuneResult) else TuneResult(result)
+    r = _as_tune_result(result)
+    unknown = [w for w in which if w not in ("best", "default", "baseline") and not w.startswith("baseline:")]
+    if unknown or not which:
+        raise ProfileError(f"arm(s) {unknown or list(which)} not known; accepted: best, default, baseline, "
+                           "baseline:NAME (e.g. --arms best,baseline:torch_topk)")
+    fam = family if family is not None else get_family(r.data["family"])
+    space = fam.space(fam.problem_from_dict(r.data["problem"]))
     conf = r.confirmation
-    arms_by_label = {a.label: a for a in conf.arms} if conf is not None else {}
+    by_label = {a.label: a for a in conf.arms} if conf is not None else {}
 
     def timer(label: str | None) -> float | None:
-        a = arms_by_label.get(label) if label else None
+        a = by_label.get(label) if label else None
         m = a.summary.get("median") if a is not None else None
         return float(m) if m is not None else None
 
-    out: list = []
+    arms: list[TunedArm] = []
     notes: list[str] = []
     seen: dict[str, str] = {}
     for w in which:
@@ -718,75 +772,112 @@ def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS) -> tuple[list[tup
                 notes.append("best: the study has no measured config")
                 continue
             label = conf.best if conf is not None and conf.best else None
-            item = ("best", f"the tuned winner ({label or 'the search best'}, {_config_text(cfg)})", cfg, None,
-                    timer(label))
+            arm = TunedArm("best", f"the tuned winner ({label or 'the search best'}, {_config_text(cfg)})", cfg, None,
+                           timer(label))
         elif w == "default":
             cfg = r.data.get("default_config")
             if cfg is None:
                 notes.append("default: the result records no default config")
                 continue
-            label = next((a.label for a in arms_by_label.values() if a.is_default), None)
-            item = ("default", f"the default config ({_config_text(cfg)})", cfg, None, timer(label))
-        elif w == "baseline" or w.startswith("baseline:"):
+            label = next((a.label for a in by_label.values() if a.is_default), None)
+            arm = TunedArm("default", f"the default config ({_config_text(cfg)})", cfg, None, timer(label))
+        else:
             name = w.partition(":")[2] or (conf.best_baseline if conf is not None else None)
             if not name:
-                from tunelab.tuning.family import get_family
-
-                fam = get_family(r.data["family"])
                 names = list((fam.baselines(fam.problem_from_dict(r.data["problem"])) or {}).keys())
                 if not names:
                     notes.append(f"baseline: {fam.name} has no baseline")
                     continue
                 name = names[0]
-            item = (f"baseline:{name}", f"the baseline {name}", None, name, timer(name))
-        else:
-            raise ProfileError(f"arm {w!r} is not known; accepted: best, default, baseline, baseline:NAME")
-        key = json.dumps(item[2], sort_keys=True) if item[2] is not None else f"baseline:{item[3]}"
+            arm = TunedArm(f"baseline:{name}", f"the baseline {name}", None, name, timer(name))
+        key = space.key(space.validate(arm.config)) if arm.config is not None else arm.label
         if key in seen:
-            notes.append(f"{item[0]}: the same config as {seen[key]}, profiled once")
+            notes.append(f"{arm.label}: the same config as {seen[key]}, profiled once")
             continue
-        seen[key] = item[0]
-        out.append(item)
-    if not out:
+        seen[key] = arm.label
+        arms.append(arm)
+    if not arms:
         raise ProfileError(f"nothing to profile in this result for {list(which)}: " + "; ".join(notes))
-    return out, notes
+    return arms, notes
 
 
 def _config_text(config: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 
 
-def profile_tuned(result: Any, which: Sequence[str] = TUNED_ARMS, *, warmup: int = 3, device: int = 0,
-                  progress: bool = True, **kwargs) -> TunedProfile:
+def _report_path(prefix: str | os.PathLike, label: str) -> str:
+    """``PREFIX_LABEL`` for one arm's report: ``.ncu-rep`` dropped from the prefix, the label made a file name."""
+    text = os.fspath(prefix)
+    if "%" in text:
+        raise ProfileError(f"report prefix {text!r} contains '%', which ncu expands in report names; choose "
+                           "another path")
+    text = text[: -len(".ncu-rep")] if text.endswith(".ncu-rep") else text
+    return f"{text}_{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}"
+
+
+def _device_note(result: Any, device: int) -> str | None:
+    """A note when the result was tuned on another GPU than ``device`` (its timer medians are that GPU's)."""
+    tuned = result.data.get("device") or {}
+    if not (tuned.get("uuid") or tuned.get("name")):
+        return None
+    try:
+        from tunelab import _core
+
+        here = _core.device_info(device)
+    except Exception:  # noqa: BLE001 - no driver here: profile() will say so
+        return None
+    same = (tuned.get("uuid") == here.get("uuid")) if tuned.get("uuid") else tuned.get("name") == here.get("name")
+    if same:
+        return None
+    return (f"the result was tuned on {tuned.get('name', 'another GPU')} ({tuned.get('uuid', 'no UUID')}), this is "
+            f"{here.get('name')} ({here.get('uuid')}): the timer's medians are that GPU's")
+
+
+def profile_tuned(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any = None, warmup: int = 3,
+                  device: int | None = None, seed: int | None = None, progress: bool = True,
+                  **kwargs) -> TunedProfile:
     """Profile a tuning result's winner next to the default config and the strongest baseline, on the problem it
     was tuned for: why the winner is faster, in hardware counters.
 
     Args:
-        result: a :class:`~tunelab.tuning.results.TuneResult`, its ``data`` dict, or the path of its results JSON.
+        result: a :class:`~tunelab.tuning.results.TuneResult`, its ``data`` dict, or the path of its results JSON
+            (measured on a GPU: a replayed result has no winner of this machine).
         which: the arms (:func:`tuned_arms`): ``best``, ``default``, ``baseline`` and ``baseline:NAME``.
-        warmup, device: as in :func:`profile_config`. progress: print a line as each arm starts.
+        family: the family object, when the result's family is not one of tunelab's own (see
+            :func:`profile_config`).
+        warmup: as in :func:`profile_config`.
+        device, seed: the GPU and the inputs' seed; default the ones the tuner used (the result's backend).
+        progress: print a line to stderr as each arm starts.
         **kwargs: passed to :func:`profile` for each arm (metrics, kernel, timeout, ...); ``report`` is a path
-            prefix here, one report per arm (``PREFIX_best.ncu-rep``, ...).
+            prefix here, one report per arm (``PREFIX_best.ncu-rep``, ``PREFIX_baseline_torch_topk.ncu-rep``, ...).
 
+    Every arm is checked (its config against the space, its baseline against the family's) before ncu starts.
     Returns a :class:`TunedProfile` (``.table()``, ``.to_json()``, ``.arms[label]``).
     """
-    from tunelab.tuning.results import TuneResult, load_results
+    from tunelab.profile_target import family_command
 
-    if isinstance(result, (str, os.PathLike)):
-        result = TuneResult(load_results(result))
-    elif not isinstance(result, TuneResult):
-        result = TuneResult(dict(result))
-    if result.data.get("mode") not in (None, "gpu"):
-        raise ProfileError(f"this result was made in {result.data.get('mode')!r} mode (not measured on a GPU): its "
+    _one_call_only("profile_tuned", kwargs)
+    r = _as_tune_result(result)
+    if r.data.get("mode") not in (None, "gpu"):
+        raise ProfileError(f"this result was made in {r.data.get('mode')!r} mode (not measured on a GPU): its "
                            "configs can still be profiled with profile_config(), but there is no tuned winner to check")
-    family, problem = result.data["family"], dict(result.data["problem"])
-    arms, notes = tuned_arms(result, which)
+    backend = r.data.get("backend") or {}
+    device = int(backend.get("device", 0) if device is None else device)
+    seed = int(backend.get("input_seed", 0) if seed is None else seed)
+    problem = dict(r.data["problem"])
+    arms, notes = tuned_arms(r, which, family=family)
+    fam = family if family is not None else r.data["family"]
+    commands = {a.label: family_command(fam, problem, config=a.config, baseline=a.baseline, warmup=warmup,
+                                        device=device, seed=seed) for a in arms}
+    note = _device_note(r, device)
+    if note:
+        notes.append(note)
     report = kwargs.pop("report", None)
     profiles: dict[str, ProfileResult] = {}
-    for i, (label, described, cfg, baseline, _) in enumerate(arms, 1):
+    for i, a in enumerate(arms, 1):
         if progress:
-            print(f"[{i}/{len(arms)}] profiling {label}: {described}", file=sys.stderr, flush=True)
-        rep = None if report is None else f"{os.fspath(report)}_{label.replace(':', '_')}"
-        profiles[label] = profile_config(family, problem, cfg, baseline=baseline, warmup=warmup, device=device,
-                                         report=rep, **kwargs)
-    return TunedProfile(family, problem, profiles, {a[0]: a[1] for a in arms}, {a[0]: a[4] for a in arms}, notes)
+            print(f"[{i}/{len(arms)}] profiling {a.label}: {a.described}", file=sys.stderr, flush=True)
+        rep = None if report is None else _report_path(report, a.label)
+        profiles[a.label] = profile(commands[a.label], profile_from_start=False, report=rep, **kwargs)
+    return TunedProfile(r.data["family"], problem, profiles, {a.label: a.described for a in arms},
+                        {a.label: a.timer_us for a in arms}, notes)

@@ -96,40 +96,83 @@ def make_call(op: str, shape: Sequence[int], dtype: str, *, causal: bool = False
 
 
 # ------------------------------------------------------------------------------------------ tuning families
-def check_family(family: str, problem: Mapping[str, Any], config: Mapping[str, Any] | None = None,
+def family_ref(family: Any) -> str | list:
+    """How the profiled program rebuilds ``family`` (a family object): its name when it is one of tunelab's own
+    families, else its ``worker_ref()`` when that is ``"module:attr"`` or ``("module:attr", kwargs)`` (as the tuner's
+    worker process rebuilds it); ConfigError saying what to do otherwise."""
+    import importlib.util
+
+    from tunelab.errors import ConfigError
+
+    own = f"tunelab.tuning.families.{family.name}"
+    if importlib.util.find_spec(own) is not None and type(family).__module__ == own:
+        return family.name
+    ref = family.worker_ref()
+    if isinstance(ref, str) and ":" in ref:
+        return ref
+    if isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[0], str) and ":" in ref[0]:
+        return [ref[0], dict(ref[1])]
+    raise ConfigError(f"family {family.name!r} cannot be rebuilt in the profiled program: its worker_ref() gives "
+                      f"{type(ref).__name__}, not 'module:attr'; define worker_ref() to return \"module:attr\" (or "
+                      "(\"module:attr\", kwargs)) naming an importable family class or object, as the tuner's worker "
+                      "process needs too")
+
+
+def resolve_family(ref: Any) -> Any:
+    """The family object of :func:`family_ref`'s answer (or of a family name, or a family object)."""
+    from tunelab.tuning.family import get_family
+    from tunelab.tuning.family_backend import _resolve_family
+
+    if isinstance(ref, list):
+        return _resolve_family((ref[0], ref[1]))
+    if isinstance(ref, str) and ":" in ref:
+        return _resolve_family(ref)
+    return get_family(ref)
+
+
+def check_family(family: Any, problem: Mapping[str, Any], config: Mapping[str, Any] | None = None,
                  baseline: str | None = None) -> tuple[Any, Any, dict | None]:
     """``(family object, problem, canonical config or None)`` for one call of ``family``'s ``config`` or its
-    ``baseline`` (exactly one of them); ConfigError naming the family, the bad value and the accepted ones. Needs no
-    GPU: the parent checks here before ncu starts."""
+    ``baseline`` (exactly one of them). ``family``: a name, a family object or a :func:`family_ref` answer.
+    ConfigError naming the bad value, the accepted ones and the fix: an unknown family or baseline, a config outside
+    the space or breaking its constraints or the family's static gates. Needs no GPU: the parent checks here before
+    ncu starts."""
     from tunelab.errors import ConfigError
-    from tunelab.tuning.family import get_family
+    from tunelab.tuning.gates import static_rejection
 
     if (config is None) == (baseline is None):
         raise ConfigError(f"give exactly one of a config and a baseline to profile; got "
                           f"{'both' if config is not None else 'neither'}")
-    fam = get_family(family)
+    fam = family if hasattr(family, "space") and hasattr(family, "compile") else resolve_family(family)
     prob = fam.problem_from_dict(dict(problem))
     if baseline is not None:
         names = list((fam.baselines(prob) or {}).keys())
         if baseline not in names:
             raise ConfigError(f"{fam.name} has no baseline {baseline!r} for this problem; its baselines are {names}")
         return fam, prob, None
-    return fam, prob, fam.space(prob).validate(config)
+    space = fam.space(prob)
+    cfg = space.validate(config)
+    rej = static_rejection(fam, space, cfg, prob)
+    if rej is not None:
+        raise ConfigError(f"{fam.name} config {cfg} cannot run on this problem ({rej.code}: {rej.detail}); profile a "
+                          "config the tuner accepted (its results file lists them)")
+    return fam, prob, cfg
 
 
-def family_command(family: str, problem: Mapping[str, Any], *, config: Mapping[str, Any] | None = None,
+def family_command(family: Any, problem: Mapping[str, Any], *, config: Mapping[str, Any] | None = None,
                    baseline: str | None = None, warmup: int = 3, device: int = 0, seed: int = 0) -> list[str]:
     """The command line of this module for one call of a family's config or baseline (checked here first)."""
     fam, prob, cfg = check_family(family, problem, config, baseline)
     if int(warmup) < 0:
         raise InputError(f"warmup={warmup} must be >= 0")
-    cmd = [sys.executable, "-m", "tunelab.profile_target", "family", fam.name, "--problem",
-           json.dumps(fam.problem_dict(prob), sort_keys=True), "--warmup", str(int(warmup)), "--device",
-           str(int(device)), "--seed", str(int(seed))]
+    ref = family_ref(fam)
+    cmd = [sys.executable, "-m", "tunelab.profile_target", "family", ref if isinstance(ref, str) else json.dumps(ref),
+           "--problem", json.dumps(fam.problem_dict(prob), sort_keys=True), "--warmup", str(int(warmup)),
+           "--device", str(int(device)), "--seed", str(int(seed))]
     return cmd + (["--baseline", baseline] if baseline is not None else ["--config", json.dumps(cfg)])
 
 
-def make_family_call(family: str, problem: Mapping[str, Any], *, config: Mapping[str, Any] | None = None,
+def make_family_call(family: Any, problem: Mapping[str, Any], *, config: Mapping[str, Any] | None = None,
                      baseline: str | None = None, device: int = 0, seed: int = 0) -> Callable[[], object]:
     """What the tuner timed for this config (the family's inputs and timing closure) or baseline, as a function
     that launches one call on torch's current stream."""
@@ -146,28 +189,36 @@ def make_family_call(family: str, problem: Mapping[str, Any], *, config: Mapping
     return fam.timing_closure(cfg, compiled, inputs)
 
 
-def _json_arg(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({exc.msg}); e.g. '{{\"nq\": 100, \"n\": 50000}}'"
-                                         ) from None
+def _json_object(flag: str, example: str) -> Callable[[str], dict]:
+    def parse(text: str) -> dict:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({exc.msg}); {flag} takes an object, e.g. "
+                                             f"{example}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object; {flag} takes one, e.g. {example}")
+        return value
+    return parse
 
 
 def _family_main(argv: list[str]) -> tuple[int, Callable[[], object]]:
     """``python -m tunelab.profile_target family ...``: (warm-up calls, the call)."""
     p = argparse.ArgumentParser(prog="python -m tunelab.profile_target family",
-                                description="one call of a tuning family's config or baseline")
-    p.add_argument("name", help="the family, e.g. similarity")
-    p.add_argument("--problem", required=True, type=_json_arg, help="the problem as JSON (the family's problem_dict)")
+                                description="one call of a tuning family's config or baseline, as the tuner timed it")
+    p.add_argument("family", help="the family: a name (similarity), module:attr, or JSON [\"module:attr\", {kwargs}]")
+    p.add_argument("--problem", required=True, type=_json_object("--problem", '\'{"nq": 100, "n": 50000, ...}\''),
+                   help="the problem as JSON (the family's problem_dict)")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--config", type=_json_arg, help="the config as JSON")
+    which.add_argument("--config", type=_json_object("--config", '\'{"BLOCK_N": 128, ...}\''),
+                       help="the config as JSON")
     which.add_argument("--baseline", help="a baseline of the family, e.g. torch_topk")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    return args.warmup, make_family_call(args.name, args.problem, config=args.config, baseline=args.baseline,
+    ref = json.loads(args.family) if args.family.startswith("[") else args.family
+    return args.warmup, make_family_call(ref, args.problem, config=args.config, baseline=args.baseline,
                                          device=args.device, seed=args.seed)
 
 
@@ -181,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["family"]:
         warmup, call = _family_main(argv[1:])
     else:
-        p = argparse.ArgumentParser(prog="python -m tunelab.profile_target", description=__doc__.split("\n\n")[0])
+        p = argparse.ArgumentParser(prog="python -m tunelab.profile_target", description=__doc__.split("\n\n")[0],
+                                    epilog="`python -m tunelab.profile_target family -h`: one call of a tuning "
+                                           "family's config or baseline instead of an op")
         p.add_argument("op", choices=list(OPS))
         p.add_argument("--shape", required=True, type=parse_shape, help="the op's dimensions (see OPS)")
         p.add_argument("--dtype", default="fp16")

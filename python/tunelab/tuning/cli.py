@@ -169,7 +169,7 @@ def cmd_tune(args) -> int:
     if args.profile:
         from tunelab.profile import profile_tuned
 
-        console.print(profile_tuned(result, progress=not args.quiet).table(width=console.width), end="")
+        sys.stdout.write(profile_tuned(result, progress=not args.quiet).table(width=console.width))
     return 0
 
 

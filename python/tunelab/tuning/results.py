@@ -143,14 +143,14 @@ class TuneResult:
 
         return plot_confirmation(self, ax=ax)
 
-    def profile(self, which: Sequence[str] = ("best", "default", "baseline"), **kwargs):
+    def profile(self, which: Sequence[str] | None = None, **kwargs):
         """Profile the winner, the default config and the strongest baseline with Nsight Compute, on this GPU and
         this problem: why the winner is faster, in hardware counters. See :func:`tunelab.profile.profile_tuned`
         (``which``, ``warmup``, ``device``, ``timeout``, ``report``, ...); returns its
         :class:`~tunelab.profile.TunedProfile` (``print(p.table())``)."""
-        from tunelab.profile import profile_tuned
+        from tunelab.profile import TUNED_ARMS, profile_tuned
 
-        return profile_tuned(self, which, **kwargs)
+        return profile_tuned(self, TUNED_ARMS if which is None else which, **kwargs)
 
     def summary(self) -> str:
         """A few lines: problem, best config, latency, verdict, budget used."""
