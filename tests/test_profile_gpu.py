@@ -91,9 +91,10 @@ def test_profile_tuned_profiles_the_arms_as_the_tuner_ran_them(ncu):
     assert tuned.total_us("best") > 0 and "similarity_topk" in tuned.table()
 
 
-def test_tune_then_profile_from_the_command_line(ncu, tmp_path, capsys):
+def test_tune_then_profile_from_the_command_line(ncu, tmp_path, capsys, monkeypatch):
     from tunelab.cli import main
 
+    monkeypatch.setenv("COLUMNS", "250")  # rich folds long cells (kernel names) at pytest's 80 columns
     results = tmp_path / "gram.json"
     assert main(["tune", "gram", "--shape", "1024,64", "--dtype", "fp32", "--trials", "4", "--seed-trials", "2",
                  "--confirm-rounds", "10", "--storage", "memory", "--no-store", "--quiet", "--results", str(results),
