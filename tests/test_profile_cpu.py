@@ -464,6 +464,8 @@ def test_a_tuning_result_is_profiled_arm_by_arm_as_the_tuner_timed_it(fake_ncu, 
         P.profile_tuned(replayed)
     with pytest.raises(P.ProfileError, match=r"has no \['problem'\]"):
         P.profile_tuned({"family": "similarity"})
+    with pytest.raises(ConfigError, match=r"unknown kernel family 'example_scale'.*pass it: profile_tuned\(result, family="):
+        P.tuned_arms({"family": "example_scale", "problem": {"n": 1000}})
     # every arm is checked before ncu starts: a bad last arm costs no profile of the first ones
     runs_before = len(fake_ncu())
     with pytest.raises(ConfigError, match=r"no baseline 'cublas' for this problem; its baselines are \['torch_topk'\]"):

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from tunelab.errors import TunelabError
+from tunelab.errors import ConfigError, TunelabError
 
 #: ncu sections collected for every kernel: what the summary and ncu's own rule messages need.
 SECTIONS: tuple[str, ...] = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats")
@@ -752,7 +752,13 @@ def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any = 
     if unknown or not which:
         raise ProfileError(f"arm(s) {unknown or list(which)} not known; accepted: best, default, baseline, "
                            "baseline:NAME (e.g. --arms best,baseline:torch_topk)")
-    fam = family if family is not None else get_family(r.data["family"])
+    if family is not None:
+        fam = family
+    else:
+        try:
+            fam = get_family(r.data["family"])
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; for a family of your own, pass it: profile_tuned(result, family=...)") from None
     space = fam.space(fam.problem_from_dict(r.data["problem"]))
     conf = r.confirmation
     by_label = {a.label: a for a in conf.arms} if conf is not None else {}
