@@ -115,9 +115,7 @@ def _cmd_profile(args) -> int:
                                       ("a command", target)) if v]
         if given:
             raise ProfileError(f"--result profiles the tuned problem's arms; {', '.join(given)} cannot be given with it")
-        from tunelab.profile import profile_tuned
-
-        from tunelab.profile import TUNED_ARMS
+        from tunelab.profile import TUNED_ARMS, profile_tuned
 
         arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else list(TUNED_ARMS)
         result = profile_tuned(args.result, arms, progress=not args.json, **common)
