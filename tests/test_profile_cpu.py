@@ -437,9 +437,9 @@ def test_a_tuning_result_is_profiled_arm_by_arm_as_the_tuner_timed_it(fake_ncu, 
     assert json.loads(runs[1][runs[1].index("--config") + 1]) == data["default_config"]
     assert runs[2][-2:] == ["--baseline", "torch_topk"] and "--config" not in runs[2]
     assert list(tuned.arms) == ["best", "default", "baseline:torch_topk"]
-    assert tuned.timer_us["best"] == pytest.approx(53.456, abs=1e-3)
-    assert tuned.timer_us["default"] == pytest.approx(53.824, abs=1e-3)
-    assert tuned.timer_us["baseline:torch_topk"] == pytest.approx(137.136, abs=1e-3)
+    assert tuned.specs["best"].timer_us == pytest.approx(53.456, abs=1e-3)
+    assert tuned.specs["default"].timer_us == pytest.approx(53.824, abs=1e-3)
+    assert tuned.specs["baseline:torch_topk"].timer_us == pytest.approx(137.136, abs=1e-3)
     assert tuned.total_us("best") == pytest.approx(sum(k.duration_us for k in tuned.arms["best"].kernels))
     assert (tmp_path / "rep_baseline_torch_topk.ncu-rep").is_file() and (tmp_path / "rep_best.ncu-rep").is_file()
     assert P._report_path(tmp_path / "x.ncu-rep", "baseline:a b/c") == str(tmp_path / "x_baseline_a_b_c")

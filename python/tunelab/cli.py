@@ -109,12 +109,13 @@ def _cmd_profile(args) -> int:
                   launch_skip=args.launch_skip, launch_count=args.launch_count, clock_control=args.clock_control,
                   report=args.report, timeout=args.timeout, echo=not args.json)
     target = args.target[1:] if args.target[:1] == ["--"] else list(args.target)
+    op_flags = [flag for flag, v in (("--shape", args.shape), ("--dtype", args.dtype), ("--metric", args.metric),
+                                     ("--causal", args.causal), ("--config", args.config)) if v]
     if args.result:
-        given = [flag for flag, v in (("--op", args.op), ("--shape", args.shape), ("--dtype", args.dtype),
-                                      ("--metric", args.metric), ("--causal", args.causal), ("--config", args.config),
-                                      ("a command", target)) if v]
+        given = (["--op"] if args.op else []) + op_flags + (["a command"] if target else [])
         if given:
-            raise ProfileError(f"--result profiles the tuned problem's arms; {', '.join(given)} cannot be given with it")
+            raise ProfileError(f"--result profiles the tuned problem's arms; {', '.join(given)} cannot be given with "
+                               "it (drop them, or profile an op with --op instead of --result)")
         from tunelab.profile import TUNED_ARMS, profile_tuned
 
         arms = [a.strip() for a in args.arms.split(",") if a.strip()] if args.arms else list(TUNED_ARMS)
@@ -133,10 +134,8 @@ def _cmd_profile(args) -> int:
         result = profile_op(args.op, shape=args.shape, dtype=args.dtype or "fp16", causal=args.causal,
                             metric=args.metric or "ip", config=args.config, **common)
     else:
-        given = [flag for flag, v in (("--shape", args.shape), ("--dtype", args.dtype), ("--metric", args.metric),
-                                      ("--causal", args.causal), ("--config", args.config)) if v]
-        if given:
-            raise ProfileError(f"{', '.join(given)} describe an op's call: give them with --op NAME, or leave them "
+        if op_flags:
+            raise ProfileError(f"{', '.join(op_flags)} describe an op's call: give them with --op NAME, or leave them "
                                "out when profiling a command")
         if not target:
             raise ProfileError("nothing to profile: give --op NAME --shape ... or a command after --, e.g. "

@@ -505,7 +505,7 @@ def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str 
         if report is None:
             base = str(Path(tmp) / "profile")
         else:
-            base = str(report)[: -len(".ncu-rep")] if str(report).endswith(".ncu-rep") else str(report)
+            base = _report_base(report)
             Path(base).parent.mkdir(parents=True, exist_ok=True)
         rep = base + ".ncu-rep"
         cmd = ncu_command(command, base, ncu=exe, metrics=[*DEFAULT_METRICS, *asked], kernel=kernel,
@@ -530,7 +530,8 @@ def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str 
         for k in kernels:
             k.rules = rules.get(k.id, [])
         if not kernels:
-            raise ProfileError(f"ncu's report {rep} holds no kernel; ncu's output:\n{_tail(output)}")
+            raise ProfileError(f"ncu's report {rep} holds no kernel its CSV export could read; open it in Nsight "
+                               f"Compute (ncu-ui) to see what it holds; ncu's output:\n{_tail(output)}")
         collected = set().union(*(k.metrics for k in kernels))
         missing = [m for m in dict.fromkeys([*DEFAULT_METRICS, *asked]) if not _collected(m, collected)]
         unknown = [m for m in asked if m in missing]
@@ -539,6 +540,12 @@ def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str 
                                f"valid names with `{exe} --query-metrics`)")
     return ProfileResult(command=[str(c) for c in command], ncu=exe, ncu_version=ncu_version(exe), kernels=kernels,
                          report=None if report is None else rep, missing_metrics=missing, program_output=output)
+
+
+def _report_base(report: str | os.PathLike) -> str:
+    """A report path without its ``.ncu-rep`` suffix (what ncu's ``-o`` takes)."""
+    text = os.fspath(report)
+    return text[: -len(".ncu-rep")] if text.endswith(".ncu-rep") else text
 
 
 def _collected(metric: str, columns: set[str]) -> bool:
@@ -673,14 +680,14 @@ class TunedArm:
 
 @dataclass
 class TunedProfile:
-    """:func:`profile_tuned`'s answer: one :class:`ProfileResult` per arm, in order, with what each arm is and the
-    time the tuner's timer measured for it, and notes (arms left out or merged, another GPU's timings)."""
+    """:func:`profile_tuned`'s answer: one :class:`ProfileResult` per arm label, in order (``arms``), what each arm
+    is with the time the tuner's timer measured for it (``specs``, :class:`TunedArm`), and notes (arms left out or
+    merged, another GPU's timings)."""
 
     family: str
     problem: dict
     arms: dict[str, ProfileResult]
-    described: dict[str, str]
-    timer_us: dict[str, float | None]
+    specs: dict[str, TunedArm]
     notes: list[str] = field(default_factory=list)
 
     def total_us(self, arm: str) -> float | None:
@@ -700,8 +707,8 @@ class TunedProfile:
         console = Console(width=width or 200, record=True, file=io.StringIO())
         console.print(t)
         for arm in self.arms:
-            timer = self.timer_us.get(arm)
-            console.print(f"{arm}: {self.described[arm]}; {len(self.arms[arm].kernels)} kernel(s), "
+            timer = self.specs[arm].timer_us
+            console.print(f"{arm}: {self.specs[arm].described}; {len(self.arms[arm].kernels)} kernel(s), "
                           f"{_fmt(self.total_us(arm), 1)} µs under ncu"
                           + (f", {timer:.1f} µs by the tuner's timer (confirmation median)" if timer else ""),
                           markup=False)
@@ -715,7 +722,7 @@ class TunedProfile:
         """JSON-ready: the problem, the notes, and per arm what it is, the timer's median, ncu's total and
         :meth:`ProfileResult.to_json`."""
         return {"family": self.family, "problem": self.problem, "notes": self.notes,
-                "arms": {arm: {"described": self.described[arm], "timer_us": self.timer_us.get(arm),
+                "arms": {arm: {"described": self.specs[arm].described, "timer_us": self.specs[arm].timer_us,
                                "ncu_total_us": self.total_us(arm), **r.to_json()} for arm, r in self.arms.items()}}
 
 
@@ -745,21 +752,16 @@ def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any = 
     config), ``"baseline"`` (the confirmation's fastest baseline, else the family's first) and ``"baseline:NAME"``;
     a config already listed is profiled once. ``family``: the family object, when the result's family name is not
     one tunelab can look up."""
-    from tunelab.tuning.family import get_family
+    from tunelab.ops.config import to_string
 
     r = _as_tune_result(result)
     unknown = [w for w in which if w not in ("best", "default", "baseline") and not w.startswith("baseline:")]
     if unknown or not which:
         raise ProfileError(f"arm(s) {unknown or list(which)} not known; accepted: best, default, baseline, "
                            "baseline:NAME (e.g. --arms best,baseline:torch_topk)")
-    if family is not None:
-        fam = family
-    else:
-        try:
-            fam = get_family(r.data["family"])
-        except ConfigError as exc:
-            raise ConfigError(f"{exc}; for a family of your own, pass it: profile_tuned(result, family=...)") from None
-    space = fam.space(fam.problem_from_dict(r.data["problem"]))
+    fam = _result_family(r, family)
+    prob = fam.problem_from_dict(r.data["problem"])
+    space = fam.space(prob)
     conf = r.confirmation
     by_label = {a.label: a for a in conf.arms} if conf is not None else {}
 
@@ -778,19 +780,19 @@ def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any = 
                 notes.append("best: the study has no measured config")
                 continue
             label = conf.best if conf is not None and conf.best else None
-            arm = TunedArm("best", f"the tuned winner ({label or 'the search best'}, {_config_text(cfg)})", cfg, None,
-                           timer(label))
+            arm = TunedArm("best", f"the tuned winner ({label or 'the search best'}, {to_string(cfg, list(cfg))})",
+                           cfg, None, timer(label))
         elif w == "default":
             cfg = r.data.get("default_config")
             if cfg is None:
                 notes.append("default: the result records no default config")
                 continue
             label = next((a.label for a in by_label.values() if a.is_default), None)
-            arm = TunedArm("default", f"the default config ({_config_text(cfg)})", cfg, None, timer(label))
+            arm = TunedArm("default", f"the default config ({to_string(cfg, list(cfg))})", cfg, None, timer(label))
         else:
             name = w.partition(":")[2] or (conf.best_baseline if conf is not None else None)
             if not name:
-                names = list((fam.baselines(fam.problem_from_dict(r.data["problem"])) or {}).keys())
+                names = list((fam.baselines(prob) or {}).keys())
                 if not names:
                     notes.append(f"baseline: {fam.name} has no baseline")
                     continue
@@ -807,17 +809,24 @@ def tuned_arms(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any = 
     return arms, notes
 
 
-def _config_text(config: Mapping[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in config.items())
+def _result_family(result: Any, family: Any = None) -> Any:
+    """The family object of a tuning result: ``family`` when given, else looked up by the result's family name."""
+    from tunelab.tuning.family import get_family
+
+    if family is not None:
+        return family
+    try:
+        return get_family(result.data["family"])
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; for a family of your own, pass it: profile_tuned(result, family=...)") from None
 
 
 def _report_path(prefix: str | os.PathLike, label: str) -> str:
     """``PREFIX_LABEL`` for one arm's report: ``.ncu-rep`` dropped from the prefix, the label made a file name."""
-    text = os.fspath(prefix)
+    text = _report_base(prefix)
     if "%" in text:
         raise ProfileError(f"report prefix {text!r} contains '%', which ncu expands in report names; choose "
                            "another path")
-    text = text[: -len(".ncu-rep")] if text.endswith(".ncu-rep") else text
     return f"{text}_{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}"
 
 
@@ -871,8 +880,8 @@ def profile_tuned(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any
     device = int(backend.get("device", 0) if device is None else device)
     seed = int(backend.get("input_seed", 0) if seed is None else seed)
     problem = dict(r.data["problem"])
-    arms, notes = tuned_arms(r, which, family=family)
-    fam = family if family is not None else r.data["family"]
+    fam = _result_family(r, family)
+    arms, notes = tuned_arms(r, which, family=fam)
     commands = {a.label: family_command(fam, problem, config=a.config, baseline=a.baseline, warmup=warmup,
                                         device=device, seed=seed) for a in arms}
     note = _device_note(r, device)
@@ -885,5 +894,4 @@ def profile_tuned(result: Any, which: Sequence[str] = TUNED_ARMS, *, family: Any
             print(f"[{i}/{len(arms)}] profiling {a.label}: {a.described}", file=sys.stderr, flush=True)
         rep = None if report is None else _report_path(report, a.label)
         profiles[a.label] = profile(commands[a.label], profile_from_start=False, report=rep, **kwargs)
-    return TunedProfile(r.data["family"], problem, profiles, {a.label: a.described for a in arms},
-                        {a.label: a.timer_us for a in arms}, notes)
+    return TunedProfile(r.data["family"], problem, profiles, {a.label: a for a in arms}, notes)

@@ -54,8 +54,7 @@ def target_command(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal
                    config: str | None = None, warmup: int = 3, device: int = 0) -> list[str]:
     """The command line of this module for one op call (checked here, before ncu starts)."""
     shape, _ = check(op, shape, dtype, metric)
-    if int(warmup) < 0:
-        raise InputError(f"warmup={warmup} must be >= 0")
+    _check_warmup(warmup)
     cmd = [sys.executable, "-m", "tunelab.profile_target", op, "--shape", ",".join(map(str, shape)), "--dtype",
            str(dtype), "--metric", metric, "--warmup", str(int(warmup)), "--device", str(int(device))]
     if causal:
@@ -63,6 +62,11 @@ def target_command(op: str, *, shape: Sequence[int], dtype: str = "fp16", causal
     if config:
         cmd += ["--config", config]
     return cmd
+
+
+def _check_warmup(warmup: int) -> None:
+    if int(warmup) < 0:
+        raise InputError(f"warmup={warmup} must be >= 0 (unprofiled calls before the profiled one)")
 
 
 def make_call(op: str, shape: Sequence[int], dtype: str, *, causal: bool = False, metric: str = "ip",
@@ -143,7 +147,7 @@ def check_family(family: Any, problem: Mapping[str, Any], config: Mapping[str, A
     if (config is None) == (baseline is None):
         raise ConfigError(f"give exactly one of a config and a baseline to profile; got "
                           f"{'both' if config is not None else 'neither'}")
-    fam = family if hasattr(family, "space") and hasattr(family, "compile") else resolve_family(family)
+    fam = resolve_family(family)
     prob = fam.problem_from_dict(dict(problem))
     if baseline is not None:
         names = list((fam.baselines(prob) or {}).keys())
@@ -163,8 +167,7 @@ def family_command(family: Any, problem: Mapping[str, Any], *, config: Mapping[s
                    baseline: str | None = None, warmup: int = 3, device: int = 0, seed: int = 0) -> list[str]:
     """The command line of this module for one call of a family's config or baseline (checked here first)."""
     fam, prob, cfg = check_family(family, problem, config, baseline)
-    if int(warmup) < 0:
-        raise InputError(f"warmup={warmup} must be >= 0")
+    _check_warmup(warmup)
     ref = family_ref(fam)
     cmd = [sys.executable, "-m", "tunelab.profile_target", "family", ref if isinstance(ref, str) else json.dumps(ref),
            "--problem", json.dumps(fam.problem_dict(prob), sort_keys=True), "--warmup", str(int(warmup)),
