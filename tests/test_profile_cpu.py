@@ -569,6 +569,54 @@ def test_a_result_tuned_on_another_gpu_says_so(monkeypatch):
     assert P._device_note(TuneResult(data), 0) is None
 
 
+def test_tune_profile_writes_its_profile_beside_the_results(fake_ncu, tmp_path, monkeypatch, capsys):
+    """`tunelab tune --profile` profiles the finished study with a per-arm timeout, prints the table and writes every
+    counter to RESULTS.profile.json; a profile that fails leaves the study's results and names the command to profile
+    them again (the study itself stands in as the H100's result: tuning needs a GPU)."""
+    from tunelab.cli import main
+    from tunelab.tuning import api
+    from tunelab.tuning.cli import profile_path_for
+    from tunelab.tuning.results import TuneResult, load_results
+
+    monkeypatch.setenv("FAKE_NCU_SKIP_PROGRAM", "1")
+    monkeypatch.setenv("COLUMNS", "250")
+    results = tmp_path / "study.json"
+
+    def fake_tune(family, problem, **kw):
+        assert family == "similarity" and kw["results_path"] == str(results)
+        data = load_results(TUNED)
+        results.write_text(json.dumps(data))
+        return TuneResult(dict(data, path=str(results)))
+
+    timeouts = []
+    real_profile = P.profile
+    monkeypatch.setattr(P, "profile", lambda cmd, **kw: timeouts.append(kw["timeout"]) or real_profile(cmd, **kw))
+    monkeypatch.setattr(api, "tune", fake_tune)
+    argv = ["tune", "similarity", "--nq", "100", "--n", "50000", "--d", "768", "--k", "10", "--storage", "memory",
+            "--results", str(results), "--quiet", "--profile"]
+    assert main(argv + ["--profile-timeout", "120"]) == 0
+    assert timeouts == [120.0] * 3 and len(fake_ncu()) == 3
+    out = profile_path_for(results)
+    assert out == tmp_path / "study.profile.json" and profile_path_for("a/b") == Path("a/b.profile.json")
+    doc = json.loads(out.read_text())
+    assert list(doc["arms"]) == ["best", "default", "baseline:torch_topk"] and doc["results"] == str(results)
+    assert doc["environment"]["tunelab_version"] and doc["arms"]["best"]["kernels"]
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "the tuned winner" in printed and f"profile written: {out}" in printed
+    out.unlink()
+
+    monkeypatch.setenv("FAKE_NCU_RC", "1")
+    monkeypatch.setenv("FAKE_NCU_SAYS", "==ERROR== the counters are busy\n")
+    assert main(argv) == 1
+    io = capsys.readouterr()
+    assert f"Profile them again with `tunelab profile --result {results}`" in " ".join(io.out.split())
+    assert "the counters are busy" in io.err and results.is_file() and not out.exists()
+    assert timeouts[-1] == 900.0  # the default
+    with pytest.raises(SystemExit) as bad:
+        main(argv + ["--profile-timeout", "0"])
+    assert bad.value.code == 2 and "--profile-timeout: 0.0 must be > 0" in capsys.readouterr().err
+
+
 def test_tune_profile_is_refused_where_it_cannot_run(tmp_path, monkeypatch, capsys):
     """`tunelab tune --profile` says at once that a replay measures nothing here, or that ncu is missing, rather than
     after the study."""

@@ -102,6 +102,10 @@ def test_tune_then_profile_from_the_command_line(ncu, tmp_path, capsys, monkeypa
     printed = " ".join(capsys.readouterr().out.split())
     assert "best: the tuned winner" in printed and "similarity_gram" in printed
     assert "µs by the tuner's timer (confirmation median)" in printed and "tuned on" not in printed
+    saved = json.loads((tmp_path / "gram.profile.json").read_text())  # every counter, beside the results
+    arms = list(saved["arms"])  # "default" too, unless the winner is the default config (then profiled once)
+    assert arms[0] == "best" and arms[-1] == "baseline:torch_matmul_abs2" and len(arms) in (2, 3)
+    assert saved["results"] == str(results) and saved["environment"]["tunelab_version"]
     out = tmp_path / "p.json"
     assert main(["profile", "--result", str(results), "--arms", "best,baseline", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from tunelab.cli import parse_shape
 from tunelab.errors import ConfigError
@@ -92,7 +94,10 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--profile", action="store_true",
                    help="then profile the winner, the default config and the strongest baseline with Nsight "
-                        "Compute (ncu) and print why the winner is faster (tunelab profile --result does it later)")
+                        "Compute (ncu), print why the winner is faster and write every counter to RESULTS.profile.json "
+                        "beside the results JSON (tunelab profile --result does it later)")
+    p.add_argument("--profile-timeout", type=_positive_float, default=900.0, metavar="SECONDS",
+                   help="with --profile: stop an arm's profile after this long (default 900)")
     p.set_defaults(func=cmd_tune)
 
     p = subparsers.add_parser("show", help="print a results JSON written by `tunelab tune`")
@@ -167,9 +172,37 @@ def cmd_tune(args) -> int:
                       "the study[/yellow]")
         return 130
     if args.profile:
-        from tunelab.profile import profile_tuned
+        return _profile_after_tuning(result, args, console)
+    return 0
 
-        sys.stdout.write(profile_tuned(result, progress=not args.quiet).table(width=console.width))
+
+def profile_path_for(results_path: str | os.PathLike) -> Path:
+    """Where ``tunelab tune --profile`` writes the profile of a results JSON: ``X.json`` -> ``X.profile.json``."""
+    path = Path(results_path)
+    return path.with_name((path.name[:-5] if path.name.endswith(".json") else path.name) + ".profile.json")
+
+
+def _profile_after_tuning(result, args, console) -> int:
+    """``tunelab tune --profile``: profile the finished study's arms, print the table, write the profile JSON beside
+    the results. A failed profile leaves the study's results as they are and says how to profile them again."""
+    from tunelab.env import fingerprint
+    from tunelab.jsonfile import write_json
+    from tunelab.profile import ProfileError, profile_tuned
+
+    saved = result.data.get("path")
+    again = f"tunelab profile --result {saved}" if saved else "tunelab profile --result RESULTS.json"
+    try:
+        tuned = profile_tuned(result, progress=not args.quiet, timeout=args.profile_timeout)
+    except ProfileError as e:
+        console.print(f"[red]the profile failed; the study's results are saved{f' in {saved}' if saved else ''}. "
+                      f"Profile them again with `{again}`.[/red]")
+        print(f"tunelab: error: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(tuned.table(width=console.width))
+    if saved:
+        out = profile_path_for(saved)
+        write_json(out, {"environment": fingerprint(), "results": str(saved), **tuned.to_json()})
+        console.print(f"profile written: {out}")
     return 0
 
 
