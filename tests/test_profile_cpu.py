@@ -607,10 +607,11 @@ def test_tune_profile_writes_its_profile_beside_the_results(fake_ncu, tmp_path, 
 
     monkeypatch.setenv("FAKE_NCU_RC", "1")
     monkeypatch.setenv("FAKE_NCU_SAYS", "==ERROR== the counters are busy\n")
-    assert main(argv) == 1
-    io = capsys.readouterr()
-    assert f"Profile them again with `tunelab profile --result {results}`" in " ".join(io.out.split())
-    assert "the counters are busy" in io.err and results.is_file() and not out.exists()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"the study's results are saved in {results}: profile them again with `tunelab profile --result " \
+        f"{results}`" in err
+    assert "the counters are busy" in err and results.is_file() and not out.exists()
     assert timeouts[-1] == 900.0  # the default
     with pytest.raises(SystemExit) as bad:
         main(argv + ["--profile-timeout", "0"])

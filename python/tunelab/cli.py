@@ -102,8 +102,7 @@ def parse_shape(text: str) -> list[int]:
 def _cmd_profile(args) -> int:
     """``tunelab profile``: profile an op's call (--op), a tuning result's arms (--result) or a command (after --);
     print the table or JSON, write --out."""
-    from tunelab.jsonfile import write_json
-    from tunelab.profile import ProfileError, profile, profile_op
+    from tunelab.profile import ProfileError, profile, profile_op, write_profile
 
     common = dict(metrics=[m.strip() for m in (args.metrics or "").split(",") if m.strip()], kernel=args.kernel,
                   launch_skip=args.launch_skip, launch_count=args.launch_count, clock_control=args.clock_control,
@@ -141,12 +140,7 @@ def _cmd_profile(args) -> int:
             raise ProfileError("nothing to profile: give --op NAME --shape ... or a command after --, e.g. "
                                "`tunelab profile -- python my_script.py`")
         result = profile(target, **common)
-    doc = result.to_json()
-    if args.out:
-        from tunelab.env import fingerprint
-
-        doc = {"environment": fingerprint(), **doc}
-        write_json(args.out, doc)
+    doc = write_profile(args.out, result) if args.out else result.to_json()
     if args.json:
         print(json.dumps(doc, indent=1))
     else:

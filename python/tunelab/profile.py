@@ -542,6 +542,17 @@ def profile(command: Sequence[str], *, metrics: Iterable[str] = (), kernel: str 
                          report=None if report is None else rep, missing_metrics=missing, program_output=output)
 
 
+def write_profile(path: str | os.PathLike, result: "ProfileResult | TunedProfile", **extra: Any) -> dict[str, Any]:
+    """Write ``result.to_json()`` to ``path`` with the environment fingerprint (and ``extra`` keys) first; returns
+    the document written (what ``tunelab profile --out`` and ``tunelab tune --profile`` save)."""
+    from tunelab.env import fingerprint
+    from tunelab.jsonfile import write_json
+
+    doc = {"environment": fingerprint(), **extra, **result.to_json()}
+    write_json(path, doc)
+    return doc
+
+
 def _report_base(report: str | os.PathLike) -> str:
     """A report path without its ``.ncu-rep`` suffix (what ncu's ``-o`` takes)."""
     text = os.fspath(report)

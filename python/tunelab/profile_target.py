@@ -125,12 +125,12 @@ def family_ref(family: Any) -> str | list:
 def resolve_family(ref: Any) -> Any:
     """The family object of :func:`family_ref`'s answer (or of a family name, or a family object)."""
     from tunelab.tuning.family import get_family
-    from tunelab.tuning.family_backend import _resolve_family
+    from tunelab.tuning.family_backend import resolve_worker_ref
 
     if isinstance(ref, list):
-        return _resolve_family((ref[0], ref[1]))
+        return resolve_worker_ref((ref[0], ref[1]))
     if isinstance(ref, str) and ":" in ref:
-        return _resolve_family(ref)
+        return resolve_worker_ref(ref)
     return get_family(ref)
 
 

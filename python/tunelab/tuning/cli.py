@@ -185,24 +185,19 @@ def profile_path_for(results_path: str | os.PathLike) -> Path:
 def _profile_after_tuning(result, args, console) -> int:
     """``tunelab tune --profile``: profile the finished study's arms, print the table, write the profile JSON beside
     the results. A failed profile leaves the study's results as they are and says how to profile them again."""
-    from tunelab.env import fingerprint
-    from tunelab.jsonfile import write_json
-    from tunelab.profile import ProfileError, profile_tuned
+    from tunelab.errors import TunelabError
+    from tunelab.profile import ProfileError, profile_tuned, write_profile
 
-    saved = result.data.get("path")
-    again = f"tunelab profile --result {saved}" if saved else "tunelab profile --result RESULTS.json"
+    saved = result.data["path"]  # the command line always saves its results
     try:
         tuned = profile_tuned(result, progress=not args.quiet, timeout=args.profile_timeout)
-    except ProfileError as e:
-        console.print(f"[red]the profile failed; the study's results are saved{f' in {saved}' if saved else ''}. "
-                      f"Profile them again with `{again}`.[/red]")
-        print(f"tunelab: error: {e}", file=sys.stderr)
-        return 1
+    except TunelabError as exc:
+        raise ProfileError(f"{exc}\nthe profile failed; the study's results are saved in {saved}: profile them again "
+                           f"with `tunelab profile --result {saved}`") from exc
     sys.stdout.write(tuned.table(width=console.width))
-    if saved:
-        out = profile_path_for(saved)
-        write_json(out, {"environment": fingerprint(), "results": str(saved), **tuned.to_json()})
-        console.print(f"profile written: {out}")
+    out = profile_path_for(saved)
+    write_profile(out, tuned, results=str(saved))
+    console.print(f"profile written: {out}")
     return 0
 
 

@@ -34,7 +34,7 @@ def _sm_clock(device: int) -> float | None:
         return None
 
 
-def _resolve_family(ref: Any) -> TunableFamily:
+def resolve_worker_ref(ref: Any) -> TunableFamily:
     """Rebuild a family from ``worker_ref()``: the family itself, ``"module:attr"`` or ``("module:attr", kwargs)``."""
     kwargs: dict = {}
     if isinstance(ref, tuple) and len(ref) == 2 and isinstance(ref[0], str):
@@ -81,7 +81,7 @@ class FamilyBackend(Backend):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.family = _resolve_family(self.family)
+        self.family = resolve_worker_ref(self.family)
 
     # -- host ------------------------------------------------------------------------------------------------------
     @property
